@@ -1,0 +1,159 @@
+/**
+ * The configuration: one TypeBox schema gives both the `Config` type and the
+ * validation (unknown keys are errors, defaults fill what is missing).
+ * `loadConfig` reads a YAML or JSON file; a problem becomes one line naming
+ * the key.
+ */
+import { readFile } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
+import { type Static, type TSchema, Type } from '@sinclair/typebox'
+import { Ajv, type ErrorObject } from 'ajv'
+import { parse as parseYaml } from 'yaml'
+
+const strict = { additionalProperties: false } as const
+const int = (min: number, def: number, max?: number): TSchema =>
+  Type.Integer(max === undefined ? { minimum: min, default: def } : { minimum: min, maximum: max, default: def })
+const section = <T extends Record<string, TSchema>>(props: T) => Type.Object(props, { ...strict, default: {} })
+const oneOf = <T extends string>(values: readonly T[], def: T) => Type.Unsafe<T>({ type: 'string', enum: values, default: def })
+
+const McpServerSchema = Type.Object({
+  command: Type.Optional(Type.String()),
+  args: Type.Array(Type.String(), { default: [] }),
+  env: Type.Record(Type.String(), Type.String(), { default: {} }),
+  url: Type.Optional(Type.String()),
+  internal_only: Type.Boolean({ default: true }),
+  timeout_ms: int(1, 60_000),
+}, strict)
+
+const TokenSchema = Type.Object({
+  token: Type.String({ minLength: 1 }),
+  tenant: Type.String({ minLength: 1, maxLength: 128 }),
+  allowed_tools: Type.Array(Type.String(), { default: ['*'] }),
+}, strict)
+
+export const ConfigSchema = Type.Object({
+  server: section({
+    host: Type.String({ default: '127.0.0.1' }),
+    port: int(0, 8080, 65535),
+    body_limit_bytes: int(1024, 10 * 1024 * 1024),
+    drain_timeout_ms: int(0, 10_000),
+  }),
+  workspaces: section({
+    root: Type.String({ default: path.join(os.tmpdir(), 'toolport-workspaces') }),
+    ttl_seconds: int(1, 3600),
+    sweep_interval_seconds: int(1, 60),
+    max_archive_entries: int(1, 10_000),
+    max_archive_bytes: int(1, 512 * 1024 * 1024),
+  }),
+  limits: section({
+    max_concurrent: int(1, 16),
+    max_queue: int(0, 256),
+    queue_timeout_ms: int(1, 30_000),
+    max_result_bytes: int(256, 65_536),
+  }),
+  auth: section({
+    tokens: Type.Array(TokenSchema, { default: [] }),
+    disabled: Type.Boolean({ default: false }),
+  }),
+  sandbox: section({
+    mode: oneOf(['auto', 'bwrap', 'none'], 'auto'),
+    network: Type.Boolean({ default: false }),
+    cpu_seconds: int(1, 600),
+    max_file_bytes: int(1024, 1024 * 1024 * 1024),
+    max_processes: int(1, 256),
+    max_memory_bytes: int(16 * 1024 * 1024, 4 * 1024 * 1024 * 1024),
+  }),
+  tools: section({
+    builtin: Type.Optional(Type.Array(Type.String())),
+    exec_shell: section({
+      timeout_default: int(1, 30),
+      timeout_max: int(1, 300),
+      denylist: Type.Optional(Type.Array(Type.String())),
+    }),
+    spawn: section({
+      max_concurrent: int(1, 5),
+      timeout_default: int(1, 60),
+    }),
+    web_fetch: section({
+      max_bytes: int(1, 10 * 1024 * 1024),
+      allow_private_networks: Type.Boolean({ default: false }),
+    }),
+    web_search: section({
+      endpoint: Type.Optional(Type.String()),
+    }),
+    dirs: Type.Array(Type.String(), { default: [] }),
+    executable_timeout_seconds: int(1, 60),
+    stub: Type.Boolean({ default: false }),
+    mcp_servers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9_-]+$' }), McpServerSchema, { default: {} }),
+  }),
+  channels: Type.Record(Type.String(), Type.Object({ webhook: Type.String() }, strict), { default: {} }),
+  logging: section({
+    level: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
+  }),
+}, strict)
+
+export type Config = Static<typeof ConfigSchema>
+export type McpServerConfig = Static<typeof McpServerSchema>
+
+/** A configuration problem, rendered as one line that names the key. */
+export class ConfigError extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'ConfigError'
+  }
+}
+
+const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: false })
+const validateConfig = ajv.compile<Config>(ConfigSchema)
+
+function keyOf (error: ErrorObject): string {
+  const parts = error.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'))
+  if (error.keyword === 'additionalProperties') parts.push(String(error.params['additionalProperty']))
+  if (error.keyword === 'required') parts.push(String(error.params['missingProperty']))
+  return parts.join('.') || '(top level)'
+}
+
+function describe (error: ErrorObject): string {
+  if (error.keyword === 'additionalProperties') return 'unknown key'
+  if (error.keyword === 'required') return 'is required'
+  if (error.keyword === 'enum') return `must be one of ${(error.params['allowedValues'] as unknown[]).join(', ')}`
+  return error.message ?? 'is invalid'
+}
+
+/** Validates a parsed config object (filling defaults) or throws ConfigError. */
+export function parseConfig (raw: unknown): Config {
+  const value = raw ?? {}
+  if (typeof value !== 'object' || Array.isArray(value)) throw new ConfigError('config: the top level must be a mapping')
+  const copy = structuredClone(value)
+  if (!validateConfig(copy)) {
+    const error = validateConfig.errors?.[0]
+    throw new ConfigError(error ? `config: ${keyOf(error)}: ${describe(error)}` : 'config: invalid')
+  }
+  const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => s.command !== undefined && s.url !== undefined)
+  if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, not both`)
+  return copy
+}
+
+/** The embedded defaults (no file). */
+export function defaultConfig (): Config {
+  return parseConfig({})
+}
+
+/** Reads and validates a YAML or JSON file (JSON is YAML, so one parser serves both). */
+export async function loadConfigFile (file: string): Promise<Config> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (error) {
+    throw new ConfigError(`config: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'error'}`)
+  }
+  let raw: unknown
+  try {
+    raw = /\.json$/i.test(file) ? JSON.parse(text) : parseYaml(text, { prettyErrors: false })
+  } catch (error) {
+    const firstLine = String((error as Error).message).split('\n')[0]
+    throw new ConfigError(`config: cannot parse ${file}: ${firstLine}`)
+  }
+  return parseConfig(raw)
+}

@@ -1,0 +1,106 @@
+/**
+ * A concurrency limiter: at most `maxConcurrent` holders, a bounded FIFO queue
+ * of waiters, and a maximum queue wait. Beyond those, `acquire` rejects with a
+ * ToolError (Overloaded by default; spawn's own limit uses ExecutionFailed).
+ */
+import { type ErrorCode, ToolError } from '../errors.ts'
+
+export interface LimiterOptions {
+  name: string
+  maxConcurrent: number
+  maxQueue: number
+  queueTimeoutMs: number
+  /** The code of the rejection (Overloaded for the service limiter). */
+  rejectCode?: ErrorCode
+}
+
+export type Release = () => void
+
+interface Waiter {
+  grant: (release: Release) => void
+  fail: (error: ToolError) => void
+}
+
+export class Limiter {
+  readonly options: Required<LimiterOptions>
+  #running = 0
+  readonly #queue: Waiter[] = []
+  #closed = false
+
+  constructor (options: LimiterOptions) {
+    this.options = { rejectCode: 'Overloaded', ...options }
+  }
+
+  get inFlight (): number {
+    return this.#running
+  }
+
+  get queued (): number {
+    return this.#queue.length
+  }
+
+  /** Waits for a slot; resolves to the function that gives it back (call it once). */
+  acquire (signal?: AbortSignal): Promise<Release> {
+    if (this.#closed) return Promise.reject(this.#rejection('the service is shutting down'))
+    if (this.#running < this.options.maxConcurrent) {
+      this.#running++
+      return Promise.resolve(this.#releaser())
+    }
+    if (this.#queue.length >= this.options.maxQueue) {
+      return Promise.reject(this.#rejection(this.#fullMessage()))
+    }
+    return this.#wait(signal)
+  }
+
+  /** Refuses every queued and future request (shutdown); holders finish normally. */
+  close (): void {
+    this.#closed = true
+    for (const waiter of this.#queue.splice(0)) waiter.fail(this.#rejection('the service is shutting down'))
+  }
+
+  #wait (signal?: AbortSignal): Promise<Release> {
+    return new Promise<Release>((resolve, reject) => {
+      const cleanup = (): void => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
+        const index = this.#queue.indexOf(waiter)
+        if (index >= 0) this.#queue.splice(index, 1)
+      }
+      const waiter: Waiter = {
+        grant: (release) => { cleanup(); resolve(release) },
+        fail: (error) => { cleanup(); reject(error) },
+      }
+      const timer = setTimeout(() => waiter.fail(this.#rejection(
+        `waited ${this.options.queueTimeoutMs} ms in the ${this.options.name} queue without getting a slot`)), this.options.queueTimeoutMs)
+      const onAbort = (): void => waiter.fail(new ToolError('ExecutionFailed', 'the call was cancelled while queued'))
+      signal?.addEventListener('abort', onAbort, { once: true })
+      this.#queue.push(waiter)
+    })
+  }
+
+  #releaser (): Release {
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      const next = this.#queue.shift()
+      // The slot passes straight to the next waiter: #running stays the same.
+      if (next) next.grant(this.#releaser())
+      else this.#running--
+    }
+  }
+
+  #fullMessage (): string {
+    const { name, maxConcurrent, maxQueue } = this.options
+    return maxQueue === 0
+      ? `${name} concurrency limit of ${maxConcurrent} reached`
+      : `${name} concurrency limit of ${maxConcurrent} reached and its queue of ${maxQueue} is full`
+  }
+
+  #rejection (message: string): ToolError {
+    const retryAfterSeconds = this.options.rejectCode === 'Overloaded'
+      ? Math.max(1, Math.ceil(this.options.queueTimeoutMs / 1000))
+      : undefined
+    return new ToolError(this.options.rejectCode, message, retryAfterSeconds === undefined ? {} : { retryAfterSeconds })
+  }
+}

@@ -1,0 +1,125 @@
+/**
+ * Every error code of the contract, its HTTP status and its problem+json shape.
+ * This is the one place that knows about statuses: handlers and tools throw
+ * `ToolError`s with a code and never pick a status themselves.
+ */
+
+/** Contract code → HTTP status. The first seven are clawft's ToolError variants. */
+export const ERROR_STATUS = {
+  NotFound: 404,
+  InvalidArgs: 400,
+  ExecutionFailed: 500,
+  PermissionDenied: 403,
+  FileNotFound: 404,
+  InvalidPath: 400,
+  Timeout: 504,
+  BadRequest: 400,
+  Unauthorized: 401,
+  PayloadTooLarge: 413,
+  Conflict: 409,
+  Overloaded: 503,
+} as const
+
+export type ErrorCode = keyof typeof ERROR_STATUS
+
+const TITLES: Record<ErrorCode, string> = {
+  NotFound: 'Not found',
+  InvalidArgs: 'Invalid arguments',
+  ExecutionFailed: 'Execution failed',
+  PermissionDenied: 'Permission denied',
+  FileNotFound: 'File not found',
+  InvalidPath: 'Invalid path',
+  Timeout: 'Timeout',
+  BadRequest: 'Bad request',
+  Unauthorized: 'Unauthorized',
+  PayloadTooLarge: 'Payload too large',
+  Conflict: 'Conflict',
+  Overloaded: 'Overloaded',
+}
+
+/** How the seed's `Display` of a ToolError starts (`{"error": "file not found: a.txt"}`). */
+const MESSAGE_PREFIX: Record<ErrorCode, string> = {
+  NotFound: 'tool not found',
+  InvalidArgs: 'invalid arguments',
+  ExecutionFailed: 'execution failed',
+  PermissionDenied: 'permission denied',
+  FileNotFound: 'file not found',
+  InvalidPath: 'invalid path',
+  Timeout: 'timeout',
+  BadRequest: 'bad request',
+  Unauthorized: 'unauthorized',
+  PayloadTooLarge: 'payload too large',
+  Conflict: 'conflict',
+  Overloaded: 'overloaded',
+}
+
+export function isErrorCode (value: unknown): value is ErrorCode {
+  return typeof value === 'string' && Object.hasOwn(ERROR_STATUS, value)
+}
+
+/**
+ * The error every tool and every core function throws. `extra` holds
+ * additional problem members (for example `partial_stdout` of a timed-out
+ * command); `retryAfterSeconds` becomes a `Retry-After` header.
+ */
+export class ToolError extends Error {
+  readonly code: ErrorCode
+  readonly extra: Record<string, unknown>
+  readonly retryAfterSeconds: number | undefined
+
+  constructor (code: ErrorCode, message: string, options: { extra?: Record<string, unknown>, retryAfterSeconds?: number, cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause })
+    this.name = 'ToolError'
+    this.code = code
+    this.extra = options.extra ?? {}
+    this.retryAfterSeconds = options.retryAfterSeconds
+  }
+
+  get status (): number {
+    return ERROR_STATUS[this.code]
+  }
+
+  /** The seed's one-line rendering, used as `{"error": "..."}` in tool messages. */
+  toMessage (): string {
+    return `${MESSAGE_PREFIX[this.code]}: ${this.message}`
+  }
+}
+
+/** RFC 9457 problem details, with the contract's members. */
+export interface Problem {
+  type: string
+  title: string
+  status: number
+  detail: string
+  code: ErrorCode
+  request_id: string
+  tool?: string
+  [member: string]: unknown
+}
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8'
+
+/** The problem+json body of an error. */
+export function toProblem (error: ToolError, requestId: string, tool?: string): Problem {
+  const problem: Problem = {
+    ...error.extra,
+    type: `urn:toolport:problem:${error.code}`,
+    title: TITLES[error.code],
+    status: error.status,
+    detail: error.message,
+    code: error.code,
+    request_id: requestId,
+  }
+  if (tool !== undefined) problem.tool = tool
+  return problem
+}
+
+/**
+ * Any thrown value as a ToolError. Unknown errors become ExecutionFailed with
+ * a generic detail: their message may hold paths or stack frames, so it goes
+ * to the log only (the caller logs `cause`).
+ */
+export function asToolError (error: unknown): ToolError {
+  if (error instanceof ToolError) return error
+  return new ToolError('ExecutionFailed', 'internal error while running the tool', { cause: error })
+}

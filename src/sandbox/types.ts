@@ -1,0 +1,48 @@
+/**
+ * How a tool runs a process. Every process tool (exec_shell, spawn, bash,
+ * executable tools) goes through a ProcessRunner, which decides whether the
+ * process runs under bubblewrap or as a plain child.
+ */
+
+export type SandboxMode = 'bwrap' | 'none'
+
+export interface RunOptions {
+  /** Program to run (looked up on PATH) and its arguments: never through a shell unless the program is one. */
+  command: string
+  args: string[]
+  /** The workspace directory: the working directory and the only writable place. */
+  cwd: string
+  /** Extra environment variables on top of the scrubbed base environment. */
+  env?: Record<string, string>
+  /** Wall-clock limit; on expiry the whole process group is killed. */
+  timeoutMs: number
+  /** Cancels the run (client gone, shutdown): the whole process group is killed. */
+  signal: AbortSignal
+  /** Bytes kept of stdout and of stderr each; the rest is counted and dropped. */
+  maxOutputBytes: number
+  /** Capture stdout and stderr interleaved into `stdout` (omega's bash). */
+  combineOutput?: boolean
+  /** Paths outside the workspace the process may read (an executable tool's own directory). */
+  readOnlyPaths?: string[]
+}
+
+export interface RunResult {
+  /** The exit code; -1 when the process was killed by a signal or did not start. */
+  exitCode: number
+  signal: string | null
+  stdout: string
+  stderr: string
+  /** Total bytes the process wrote, including what was dropped. */
+  stdoutBytes: number
+  stderrBytes: number
+  stdoutTruncated: boolean
+  stderrTruncated: boolean
+  durationMs: number
+  timedOut: boolean
+  cancelled: boolean
+}
+
+export interface ProcessRunner {
+  readonly mode: SandboxMode
+  run: (options: RunOptions) => Promise<RunResult>
+}
