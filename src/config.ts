@@ -12,7 +12,7 @@ import { Ajv, type ErrorObject } from 'ajv'
 import { parse as parseYaml } from 'yaml'
 
 const strict = { additionalProperties: false } as const
-const int = (min: number, def: number, max?: number): TSchema =>
+const int = (min: number, def: number, max?: number) =>
   Type.Integer(max === undefined ? { minimum: min, default: def } : { minimum: min, maximum: max, default: def })
 const section = <T extends Record<string, TSchema>>(props: T) => Type.Object(props, { ...strict, default: {} })
 const oneOf = <T extends string>(values: readonly T[], def: T) => Type.Unsafe<T>({ type: 'string', enum: values, default: def })

@@ -1,0 +1,80 @@
+/**
+ * buildApp(config): the Fastify application with every route of the
+ * contract. It never listens: server.ts does, and tests use `inject` or
+ * listen on port 0 themselves.
+ */
+import { randomUUID } from 'node:crypto'
+import swagger from '@fastify/swagger'
+import swaggerUi from '@fastify/swagger-ui'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import { type Logger, pino } from 'pino'
+import type { Config } from './config.ts'
+import { Runtime } from './core/runtime.ts'
+import { installAuth } from './http/auth.ts'
+import { healthRoutes } from './http/health.ts'
+import { installProblemHandlers } from './http/problem.ts'
+import { ProblemSchema } from './http/schemas.ts'
+import { toolCallRoutes } from './http/tool-calls.ts'
+import { toolRoutes } from './http/tools.ts'
+import { workspaceRoutes } from './http/workspaces.ts'
+import { VERSION } from './version.ts'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    runtime: Runtime
+  }
+}
+
+export interface BuildOptions {
+  /** The logger; a silent one when absent. */
+  logger?: Logger
+  /** Paths no sandboxed process may see (the config file). */
+  hidePaths?: string[]
+  /** Process metrics (off in tests that build many apps). */
+  defaultMetrics?: boolean
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** Keeps a caller's X-Request-Id when it is sane; otherwise makes one. */
+function requestIdOf (header: string | string[] | undefined): string {
+  return typeof header === 'string' && REQUEST_ID.test(header) ? header : randomUUID()
+}
+
+export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: (options.logger ?? pino({ level: 'silent' })) as FastifyBaseLogger,
+    bodyLimit: config.server.body_limit_bytes,
+    genReqId: (request) => requestIdOf(request.headers['x-request-id']),
+    requestIdLogLabel: 'request_id',
+    disableRequestLogging: true,
+    return503OnClosing: true,
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } },
+  })
+  const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics })
+  app.decorate('runtime', runtime)
+  app.addHook('onRequest', async (request, reply) => { reply.header('x-request-id', request.id) })
+  app.addHook('onClose', async () => { await runtime.close() })
+  installProblemHandlers(app)
+  installAuth(app, config.auth)
+
+  app.addSchema(ProblemSchema)
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'Toolport', version: VERSION, description: 'Tool catalogs and sandboxed tool execution for LLM agents.' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: config.auth.tokens.length > 0 ? [{ bearer: [] }] : [],
+    },
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json['$id'] ?? `def-${i}`) },
+  })
+  await app.register(swaggerUi, { routePrefix: '/docs' })
+
+  healthRoutes(app, runtime)
+  toolRoutes(app, runtime)
+  toolCallRoutes(app, runtime)
+  workspaceRoutes(app, runtime)
+
+  await runtime.start()
+  return app
+}

@@ -1,0 +1,137 @@
+/**
+ * The one execution path. REST execute, batches and /mcp all call `execute`
+ * and only translate its outcome: lookup, scope, argument validation, the
+ * limiters, the workspace, cancellation, truncation, metrics and the
+ * completion log line happen here, once.
+ */
+import type { Logger } from 'pino'
+import { asToolError, ToolError } from '../errors.ts'
+import type { NameMatcher } from './globs.ts'
+import type { Limiter, Release } from './limiter.ts'
+import type { Metrics } from './metrics.ts'
+import type { ToolRegistry } from './registry.ts'
+import type { AnyTool } from './tool.ts'
+import { truncateResult } from './truncate.ts'
+import { parseArguments, validateArguments } from './validation.ts'
+import type { WorkspaceScope } from './workspace-scope.ts'
+
+/** What the execution path needs of the running service. */
+export interface ExecutionServices {
+  registry: ToolRegistry
+  limiter: Limiter
+  metrics: Metrics
+  /** The configured result limit: the default and the ceiling. */
+  maxResultBytes: number
+  /** Fires when the drain timeout of a shutdown has run out: running calls are cancelled. */
+  killSignal: AbortSignal
+}
+
+/** Who is calling, and from where. */
+export interface Caller {
+  tenant: string
+  /** The tools the caller's token may use. */
+  scope: NameMatcher
+  requestId: string
+  log: Logger
+  /** Fires when the client goes away. */
+  signal: AbortSignal
+}
+
+export interface ToolCall {
+  name: string
+  arguments: unknown
+  /** The caller's result limit; capped by the configured one. */
+  maxResultBytes?: number
+}
+
+export type Outcome =
+  | { ok: true, tool: string, result: unknown, truncated: boolean, durationMs: number, workspace: string | null }
+  | { ok: false, tool: string, error: ToolError, durationMs: number }
+
+const MIN_RESULT_BYTES = 256
+
+/** Looks up a tool the caller may use: NotFound when absent, PermissionDenied when out of scope. */
+export function findTool (registry: ToolRegistry, name: string, scope: NameMatcher): AnyTool {
+  const tool = registry.get(name)
+  if (!tool) throw new ToolError('NotFound', `no tool named ${JSON.stringify(name)}`)
+  if (!scope(tool.name)) throw new ToolError('PermissionDenied', `tool ${JSON.stringify(tool.name)} is outside this token's allowed tools`)
+  return tool
+}
+
+function effectiveLimit (configured: number, requested: number | undefined): number {
+  if (requested === undefined) return configured
+  return Math.max(MIN_RESULT_BYTES, Math.min(configured, Math.floor(requested)))
+}
+
+async function acquireAll (limiters: Limiter[], signal: AbortSignal, metrics: Metrics): Promise<Release> {
+  const releases: Release[] = []
+  try {
+    for (const limiter of limiters) releases.push(await limiter.acquire(signal))
+  } catch (error) {
+    for (const release of releases.reverse()) release()
+    if (error instanceof ToolError && (error.code === 'Overloaded' || error.code === 'ExecutionFailed')) {
+      metrics.rejections.inc({ limiter: limiters[releases.length]?.options.name ?? 'unknown' })
+    }
+    throw error
+  }
+  return () => { for (const release of releases.reverse()) release() }
+}
+
+/** Runs one tool call to an Outcome. Never throws. */
+export async function execute (services: ExecutionServices, call: ToolCall, caller: Caller, workspace: WorkspaceScope): Promise<Outcome> {
+  const started = performance.now()
+  // Unknown names stay out of metric labels: a caller must not be able to mint label values.
+  let toolName = call.name
+  let metricName = '(unknown)'
+  let workspaceId: string | null = null
+  let outcome: Outcome
+  try {
+    const tool = findTool(services.registry, call.name, caller.scope)
+    toolName = tool.name
+    metricName = tool.name
+    const args = parseArguments(call.arguments)
+    validateArguments(tool, args, caller.log)
+    workspace.validate()
+    const signal = AbortSignal.any([caller.signal, services.killSignal])
+    const limiters = tool.limiter ? [services.limiter, tool.limiter] : [services.limiter]
+    const release = await acquireAll(limiters, signal, services.metrics)
+    try {
+      const lease = await workspace.lease()
+      workspaceId = lease.id
+      try {
+        if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
+        const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
+        const raw = await tool.execute(args, {
+          workspaceDir: lease.dir,
+          workspaceId: lease.id,
+          signal,
+          maxResultBytes,
+          log: caller.log,
+          requestId: caller.requestId,
+          tenant: caller.tenant,
+        })
+        const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
+        outcome = { ok: true, tool: toolName, result: value, truncated, durationMs: 0, workspace: workspaceId }
+      } finally {
+        await lease.release()
+      }
+    } finally {
+      release()
+    }
+  } catch (thrown) {
+    const error = asToolError(thrown)
+    if (error !== thrown || error.status >= 500) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
+    outcome = { ok: false, tool: toolName, error, durationMs: 0 }
+  }
+  outcome.durationMs = Math.round((performance.now() - started) * 1000) / 1000
+  record(services.metrics, caller.log, outcome, metricName, workspaceId)
+  return outcome
+}
+
+function record (metrics: Metrics, log: Logger, outcome: Outcome, metricName: string, workspace: string | null): void {
+  const code = outcome.ok ? 'ok' : outcome.error.code
+  const labels = { tool: metricName, code }
+  metrics.calls.inc(labels)
+  metrics.duration.observe(labels, outcome.durationMs / 1000)
+  log.info({ tool: outcome.tool, workspace, code, duration_ms: outcome.durationMs }, 'tool call finished')
+}

@@ -1,0 +1,83 @@
+/**
+ * Type-aware truncation of a tool result to a byte budget on its JSON form,
+ * as the lifecycle seed describes:
+ * - strings keep a prefix and get a suffix saying they were cut;
+ * - arrays keep their leading elements and end with a sentinel object;
+ * - anything else (objects) becomes `{"_truncated_json": "<start of its JSON>"}`.
+ * The truncated value's JSON never exceeds the budget.
+ */
+
+export interface Truncated {
+  value: unknown
+  truncated: boolean
+}
+
+const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value) ?? 'null')
+
+/** Truncates `value` so that its JSON fits in `maxBytes`. */
+export function truncateResult (value: unknown, maxBytes: number): Truncated {
+  const serialized = JSON.stringify(value) ?? 'null'
+  const size = Buffer.byteLength(serialized)
+  if (size <= maxBytes) return { value, truncated: false }
+  if (typeof value === 'string') return { value: truncateString(value, maxBytes), truncated: true }
+  if (Array.isArray(value)) return { value: truncateArray(value, maxBytes), truncated: true }
+  return { value: wrapJson(serialized, size, maxBytes), truncated: true }
+}
+
+/** Cuts a string before `length` code units without splitting a surrogate pair. */
+function safePrefix (text: string, length: number): string {
+  let end = Math.max(0, Math.min(length, text.length))
+  const last = text.charCodeAt(end - 1)
+  if (end > 0 && last >= 0xd800 && last <= 0xdbff) end--
+  return text.slice(0, end)
+}
+
+/**
+ * The longest prefix length of `text` for which `fits(prefix)` holds, by
+ * binary search (each probe serialises at most `maxBytes`-ish characters).
+ */
+function longestFittingPrefix (text: string, upperBound: number, fits: (prefix: string) => boolean): string {
+  let low = 0
+  let high = Math.min(text.length, upperBound)
+  while (low < high) {
+    const mid = Math.ceil((low + high) / 2)
+    if (fits(safePrefix(text, mid))) low = mid
+    else high = mid - 1
+  }
+  return safePrefix(text, low)
+}
+
+function truncateString (text: string, maxBytes: number): string {
+  const total = Buffer.byteLength(text)
+  const suffix = (kept: string): string =>
+    `\n... (output truncated: ${total} total bytes, showing first ${Buffer.byteLength(kept)})`
+  const kept = longestFittingPrefix(text, maxBytes, (prefix) => jsonBytes(prefix + suffix(prefix)) <= maxBytes)
+  const result = kept + suffix(kept)
+  return jsonBytes(result) <= maxBytes ? result : ''
+}
+
+function sentinel (kept: number, total: number): Record<string, unknown> {
+  return { _truncated: true, message: `array truncated: showing ${kept} of ${total} elements`, total_elements: total }
+}
+
+function truncateArray (items: unknown[], maxBytes: number): unknown[] {
+  const kept: unknown[] = []
+  // `[` + `]` + the sentinel, then each element with its comma.
+  let used = 2 + jsonBytes(sentinel(items.length, items.length)) + 1
+  for (const item of items) {
+    const cost = jsonBytes(item) + 1
+    if (used + cost > maxBytes) break
+    kept.push(item)
+    used += cost
+  }
+  kept.push(sentinel(kept.length, items.length))
+  // The sentinel's numbers can grow by a few digits; drop elements until it fits.
+  while (kept.length > 1 && jsonBytes(kept) > maxBytes) kept.splice(kept.length - 2, 2, sentinel(kept.length - 2, items.length))
+  return kept
+}
+
+function wrapJson (serialized: string, totalBytes: number, maxBytes: number): Record<string, unknown> {
+  const envelope = (prefix: string): Record<string, unknown> => ({ _truncated_json: prefix, _original_bytes: totalBytes })
+  const kept = longestFittingPrefix(serialized, maxBytes, (prefix) => jsonBytes(envelope(prefix)) <= maxBytes)
+  return envelope(kept)
+}

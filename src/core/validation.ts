@@ -1,0 +1,69 @@
+/**
+ * Argument validation with ajv. Each tool's schema is compiled once, on first
+ * use, and cached with the tool object; a schema that ajv cannot compile (an
+ * upstream MCP server's, say) is logged once and the tool runs unvalidated,
+ * as its own server will validate.
+ */
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
+import * as ajvFormats from 'ajv-formats'
+import type { Logger } from 'pino'
+import { ToolError } from '../errors.ts'
+import type { AnyTool } from './tool.ts'
+
+// ajv-formats is CommonJS; under ESM its plugin function is the default export.
+const addFormats = ajvFormats.default as unknown as (ajv: Ajv) => Ajv
+
+const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false, useDefaults: false, validateSchema: false })
+addFormats(ajv)
+
+const validators = new WeakMap<AnyTool, ValidateFunction | null>()
+
+function compile (tool: AnyTool, log: Logger): ValidateFunction | null {
+  try {
+    return ajv.compile(tool.parameters)
+  } catch (error) {
+    log.warn({ tool: tool.name, err: error }, 'tool schema does not compile; its arguments are not validated here')
+    return null
+  }
+}
+
+function describeError (error: ErrorObject): string {
+  const where = error.instancePath === '' ? 'arguments' : `arguments${error.instancePath.replace(/\//g, '.')}`
+  if (error.keyword === 'required') return `${where}: missing required property "${String(error.params['missingProperty'])}"`
+  if (error.keyword === 'additionalProperties') return `${where}: unknown property "${String(error.params['additionalProperty'])}"`
+  if (error.keyword === 'enum') return `${where}: must be one of ${(error.params['allowedValues'] as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`
+  return `${where} ${error.message ?? 'is invalid'}`
+}
+
+/** Throws InvalidArgs naming every problem when `args` do not satisfy the tool's schema. */
+export function validateArguments (tool: AnyTool, args: Record<string, unknown>, log: Logger): void {
+  let validate = validators.get(tool)
+  if (validate === undefined) {
+    validate = compile(tool, log)
+    validators.set(tool, validate)
+  }
+  if (validate === null || validate(args)) return
+  const messages = (validate.errors ?? []).slice(0, 5).map(describeError)
+  throw new ToolError('InvalidArgs', messages.join('; ') || 'arguments do not match the schema')
+}
+
+/**
+ * The call's arguments as an object: OpenAI sends them as a JSON string.
+ * Missing arguments are an empty object.
+ */
+export function parseArguments (raw: unknown): Record<string, unknown> {
+  let value = raw
+  if (value === undefined || value === null) return {}
+  if (typeof value === 'string') {
+    if (value.trim() === '') return {}
+    try {
+      value = JSON.parse(value)
+    } catch {
+      throw new ToolError('InvalidArgs', 'arguments is a string that is not valid JSON')
+    }
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new ToolError('InvalidArgs', 'arguments must be a JSON object')
+  }
+  return value as Record<string, unknown>
+}

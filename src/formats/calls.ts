@@ -1,0 +1,42 @@
+/**
+ * Tool calls as models emit them, in the three shapes a batch accepts:
+ * native `{id, name, arguments}`, OpenAI `{id, type: "function", function:
+ * {name, arguments}}` and Anthropic `{type: "tool_use", id, name, input}`.
+ */
+import { ToolError } from '../errors.ts'
+
+export interface ParsedCall {
+  id: string
+  name: string
+  arguments: unknown
+}
+
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value)
+
+/** The id of a call item as far as it can be read (for error results). */
+export function callIdOf (item: unknown, index: number): string {
+  return isObject(item) && typeof item['id'] === 'string' ? item['id'] : `call_${index}`
+}
+
+/** The name of a call item as far as it can be read (for error results). */
+export function callNameOf (item: unknown): string {
+  if (!isObject(item)) return ''
+  const fn = item['function']
+  if (isObject(fn) && typeof fn['name'] === 'string') return fn['name']
+  return typeof item['name'] === 'string' ? item['name'] : ''
+}
+
+/** Reads one call in any of the three shapes; InvalidArgs when it is none of them. */
+export function parseCall (item: unknown, index: number): ParsedCall {
+  if (!isObject(item)) throw new ToolError('InvalidArgs', `calls[${index}] must be an object`)
+  const id = callIdOf(item, index)
+  if (item['type'] === 'function' || isObject(item['function'])) {
+    const fn = item['function']
+    if (!isObject(fn) || typeof fn['name'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].function.name must be a string`)
+    return { id, name: fn['name'], arguments: fn['arguments'] }
+  }
+  if (typeof item['name'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].name must be a string`)
+  if (item['type'] === 'tool_use') return { id, name: item['name'], arguments: item['input'] }
+  return { id, name: item['name'], arguments: item['arguments'] }
+}

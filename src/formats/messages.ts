@@ -1,0 +1,23 @@
+/**
+ * Tool-result messages ready to append to a conversation, in the format the
+ * client's model API expects. A failed call's content is `{"error": "..."}`
+ * as in the lifecycle seed.
+ */
+import type { ToolError } from '../errors.ts'
+
+export const MESSAGE_FORMATS = ['native', 'openai', 'anthropic'] as const
+export type MessageFormat = typeof MESSAGE_FORMATS[number]
+
+export type CallResult =
+  | { ok: true, result: unknown }
+  | { ok: false, error: ToolError }
+
+export function messageContent (outcome: CallResult): string {
+  return outcome.ok ? JSON.stringify(outcome.result ?? null) : JSON.stringify({ error: outcome.error.toMessage() })
+}
+
+export function toolMessage (callId: string, outcome: CallResult, format: MessageFormat): Record<string, unknown> {
+  const content = messageContent(outcome)
+  if (format === 'anthropic') return { type: 'tool_result', tool_use_id: callId, content, is_error: !outcome.ok }
+  return { role: 'tool', tool_call_id: callId, content }
+}

@@ -1,0 +1,32 @@
+/** Shared route schemas (they also make the OpenAPI document). */
+import { Type } from '@sinclair/typebox'
+import { ERROR_STATUS } from '../errors.ts'
+
+export const ProblemSchema = Type.Object({
+  type: Type.String(),
+  title: Type.String(),
+  status: Type.Integer(),
+  detail: Type.String(),
+  code: Type.Unsafe<string>({ type: 'string', enum: Object.keys(ERROR_STATUS) }),
+  request_id: Type.String(),
+  tool: Type.Optional(Type.String()),
+}, { additionalProperties: true, $id: 'Problem', description: 'RFC 9457 problem details (application/problem+json)' })
+
+export const problemRef = Type.Unsafe({ $ref: 'Problem#' })
+
+/** Problem answers for the given statuses, for a route's `response` schema. */
+export function problems (...statuses: number[]): Record<number, unknown> {
+  return Object.fromEntries(statuses.map((status) => [status, problemRef]))
+}
+
+/** Any JSON value (a tool's result, a schema). */
+export const AnyJson = Type.Unsafe<unknown>({})
+
+export const JsonObject = Type.Object({}, { additionalProperties: true })
+
+export const ToolEntry = Type.Object({
+  name: Type.String(),
+  description: Type.String(),
+  parameters: JsonObject,
+  source: Type.Unsafe<string>({ type: 'string', enum: ['builtin', 'executable', 'mcp'] }),
+})

@@ -1,0 +1,79 @@
+#!/usr/bin/env node
+/**
+ * The entry point: config → buildApp → listen → graceful shutdown. The only
+ * module that reads process.env or argv.
+ */
+import { parseArgs } from 'node:util'
+import closeWithGrace from 'close-with-grace'
+import { pino, type Logger } from 'pino'
+import { buildApp } from './app.ts'
+import { type Config, ConfigError, defaultConfig, loadConfigFile } from './config.ts'
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost'])
+
+function fail (message: string): never {
+  process.stderr.write(`toolport: ${message}\n`)
+  process.exit(1)
+}
+
+function createLogger (config: Config): Logger {
+  const redact = { paths: ['req.headers.authorization', 'headers.authorization', '*.token', 'auth.tokens'], censor: '[redacted]' }
+  if (process.stdout.isTTY) {
+    return pino({ level: config.logging.level, redact, transport: { target: 'pino-pretty', options: { colorize: true } } })
+  }
+  return pino({ level: config.logging.level, redact })
+}
+
+/** Reads the config file (if any) and applies HOST and PORT from the environment. */
+async function readConfig (): Promise<{ config: Config, file: string | undefined }> {
+  const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } }, strict: true })
+  if (values.help) {
+    process.stdout.write('usage: toolport [--config FILE]\n  env: TOOLPORT_CONFIG=FILE, HOST (default 127.0.0.1), PORT (default 8080)\n')
+    process.exit(0)
+  }
+  const file = values.config ?? process.env['TOOLPORT_CONFIG'] ?? undefined
+  const config = file ? await loadConfigFile(file) : defaultConfig()
+  if (process.env['HOST']) config.server.host = process.env['HOST']
+  if (process.env['PORT']) {
+    const port = Number(process.env['PORT'])
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`PORT: must be a port number, got ${JSON.stringify(process.env['PORT'])}`)
+    config.server.port = port
+  }
+  return { config, file }
+}
+
+/** Without tokens, only loopback is safe to listen on — unless the operator says otherwise. */
+function checkExposure (config: Config, log: Logger): void {
+  if (config.auth.tokens.length > 0) return
+  if (!LOOPBACK.has(config.server.host) && !config.auth.disabled) {
+    throw new ConfigError(`auth: no tokens are configured, so refusing to listen on ${config.server.host}; add auth.tokens or set auth.disabled: true`)
+  }
+  log.warn('auth is off: no tokens are configured')
+}
+
+async function main (): Promise<void> {
+  let loaded
+  try {
+    loaded = await readConfig()
+  } catch (error) {
+    fail(error instanceof ConfigError || error instanceof TypeError ? error.message : String(error))
+  }
+  const { config, file } = loaded
+  const log = createLogger(config)
+  try {
+    checkExposure(config, log)
+  } catch (error) {
+    fail((error as Error).message)
+  }
+  const app = await buildApp(config, { logger: log, hidePaths: file ? [file] : [] })
+  closeWithGrace({ delay: config.server.drain_timeout_ms + 5000, logger: false }, async ({ signal, err }) => {
+    if (err) log.error({ err }, 'shutting down after an error')
+    else log.info({ signal }, 'shutting down: draining in-flight calls')
+    await app.runtime.drain(config.server.drain_timeout_ms)
+    await app.close()
+    log.info('stopped')
+  })
+  await app.listen({ host: config.server.host, port: config.server.port })
+}
+
+await main()

@@ -1,0 +1,56 @@
+/**
+ * memory_write: appends to (with a blank-line separator) or overwrites the
+ * memory file. Writes to one file are serialised, so concurrent appends are
+ * never lost.
+ */
+import { mkdir, open } from 'node:fs/promises'
+import path from 'node:path'
+import { Type } from '@sinclair/typebox'
+import { defineBuiltin } from './define.ts'
+import { fsError, serialised, writeAtomically } from './fs-helpers.ts'
+import { MEMORY_PATH, resolveMemoryFile } from './memory-file.ts'
+
+export const memoryWriteTool = defineBuiltin({
+  name: 'memory_write',
+  description: 'Write to long-term memory (memory/MEMORY.md in the workspace): append (default) or overwrite.',
+  parameters: Type.Object({
+    content: Type.String({ description: 'Content to write to memory' }),
+    mode: Type.Optional(Type.Union([Type.Literal('append'), Type.Literal('overwrite')], { description: 'Write mode: "append" (default) or "overwrite"' })),
+  }),
+  async execute (args, ctx) {
+    const mode = args.mode ?? 'append'
+    const file = await resolveMemoryFile(ctx.workspaceDir)
+    await serialised(file.absolute, async () => {
+      try {
+        await mkdir(path.dirname(file.absolute), { recursive: true })
+        await resolveMemoryFile(ctx.workspaceDir)
+        if (mode === 'overwrite') await writeAtomically(file.absolute, args.content)
+        else await appendParagraph(file.absolute, args.content)
+      } catch (error) {
+        throw fsError(error, MEMORY_PATH)
+      }
+    })
+    return {
+      message: `Successfully wrote ${Buffer.byteLength(args.content)} bytes to memory (mode: ${mode})`,
+      path: MEMORY_PATH,
+    }
+  },
+})
+
+/** Appends `content`, separated from what is there by exactly one blank line. */
+async function appendParagraph (absolute: string, content: string): Promise<void> {
+  const handle = await open(absolute, 'a+')
+  try {
+    const { size } = await handle.stat()
+    let separator = ''
+    if (size > 0) {
+      const tail = Buffer.alloc(Math.min(2, size))
+      await handle.read(tail, 0, tail.length, size - tail.length)
+      const text = tail.toString('latin1')
+      separator = text.endsWith('\n\n') || (size === 1 && text === '\n') ? '' : text.endsWith('\n') ? '\n' : '\n\n'
+    }
+    await handle.appendFile(separator + content)
+  } finally {
+    await handle.close()
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * omega's `read`, `write` and `edit`. omega confined only writes; here all
+ * three are confined to the workspace by the same containment function as
+ * the clawft file tools.
+ */
+import { mkdir } from 'node:fs/promises'
+import path from 'node:path'
+import { Type } from '@sinclair/typebox'
+import { ToolError } from '../../errors.ts'
+import { resolveInWorkspace } from '../../core/paths.ts'
+import { defineBuiltin } from '../define.ts'
+import { existingPath, fsError, openContained, readPrefix, serialised, writeAtomically } from '../fs-helpers.ts'
+import { MAX_EDIT_BYTES } from '../edit-file.ts'
+import { truncateOutput } from './truncate-output.ts'
+
+export const MAX_READ_OUTPUT = 50_000
+
+const FilePath = Type.String({ description: 'File path, relative to the workspace' })
+
+export const readTool = defineBuiltin({
+  name: 'read',
+  description: 'Read a file in the workspace as text (50,000 characters at most).',
+  parameters: Type.Object({ file_path: FilePath }),
+  async execute (args, ctx) {
+    const absolute = await existingPath(ctx.workspaceDir, args.file_path)
+    const { handle, stat } = await openContained(ctx.workspaceDir, absolute, args.file_path)
+    try {
+      // 4 bytes a character at most: this prefix always holds the first 50,000 characters.
+      const text = (await readPrefix(handle, MAX_READ_OUTPUT * 4)).toString('utf8')
+      const total = stat.size > MAX_READ_OUTPUT * 4 ? stat.size : text.length
+      return { content: truncateOutput(text, MAX_READ_OUTPUT, total) }
+    } finally {
+      await handle.close()
+    }
+  },
+})
+
+export const writeTool = defineBuiltin({
+  name: 'write',
+  description: 'Write (create or overwrite) a file in the workspace, creating parent directories; answers the byte count.',
+  parameters: Type.Object({ file_path: FilePath, content: Type.String({ description: 'The content to write' }) }),
+  async execute (args, ctx) {
+    const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.file_path)
+    if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'file_path names the workspace itself')
+    const bytes = Buffer.byteLength(args.content)
+    try {
+      await mkdir(path.dirname(absolute), { recursive: true })
+      await resolveInWorkspace(ctx.workspaceDir, args.file_path)
+      await writeAtomically(absolute, args.content)
+    } catch (error) {
+      throw fsError(error, args.file_path)
+    }
+    return { content: `Wrote ${bytes} bytes to ${args.file_path}`, bytes }
+  },
+})
+
+export const editTool = defineBuiltin({
+  name: 'edit',
+  description: 'Replace the first occurrence of old_string with new_string in a workspace file; reports how many occurrences there were.',
+  parameters: Type.Object({
+    file_path: FilePath,
+    old_string: Type.String({ description: 'Text to find' }),
+    new_string: Type.String({ description: 'Replacement for its first occurrence' }),
+  }),
+  async execute (args, ctx) {
+    if (args.old_string === '') throw new ToolError('InvalidArgs', 'old_string must not be empty')
+    const absolute = await existingPath(ctx.workspaceDir, args.file_path)
+    return serialised(absolute, async () => {
+      const { handle, stat } = await openContained(ctx.workspaceDir, absolute, args.file_path)
+      let text: string
+      try {
+        if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${args.file_path} is larger than ${MAX_EDIT_BYTES} bytes`)
+        text = (await readPrefix(handle, stat.size)).toString('utf8')
+      } finally {
+        await handle.close()
+      }
+      const occurrences = text.split(args.old_string).length - 1
+      if (occurrences === 0) throw new ToolError('InvalidArgs', `old_string not found in ${args.file_path}`)
+      const at = text.indexOf(args.old_string)
+      await writeAtomically(absolute, text.slice(0, at) + args.new_string + text.slice(at + args.old_string.length))
+        .catch((error: unknown) => { throw fsError(error, args.file_path) })
+      return { content: `Edited ${args.file_path}: replaced the first of ${occurrences} occurrence(s)`, occurrences }
+    })
+  },
+})
