@@ -6,12 +6,13 @@
 import { randomUUID } from 'node:crypto'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify'
 import { type Logger, pino } from 'pino'
 import type { Config } from './config.ts'
 import { Runtime } from './core/runtime.ts'
 import { installAuth } from './http/auth.ts'
 import { healthRoutes } from './http/health.ts'
+import { mcpRoutes } from './http/mcp.ts'
 import { installProblemHandlers } from './http/problem.ts'
 import { ProblemSchema } from './http/schemas.ts'
 import { toolCallRoutes } from './http/tool-calls.ts'
@@ -45,9 +46,11 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   const app = Fastify({
     loggerInstance: (options.logger ?? pino({ level: 'silent' })) as FastifyBaseLogger,
     bodyLimit: config.server.body_limit_bytes,
+    // Workspace ids may be 256 bytes, percent-encoded up to three times that.
+    routerOptions: { maxParamLength: 1024 },
     genReqId: (request) => requestIdOf(request.headers['x-request-id']),
-    requestIdLogLabel: 'request_id',
-    disableRequestLogging: true,
+    // One completion line per tool call comes from the execution path; per-request lines would double it.
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     return503OnClosing: true,
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } },
   })
@@ -74,6 +77,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   toolRoutes(app, runtime)
   toolCallRoutes(app, runtime)
   workspaceRoutes(app, runtime)
+  mcpRoutes(app, runtime)
 
   await runtime.start()
   return app

@@ -39,7 +39,6 @@ export interface Tool<Args = Record<string, unknown>> {
 }
 
 /** A tool with its argument type erased, as the registry holds it. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyTool = Tool<any>
 
 /** The catalog entry of a tool (the native format). */

@@ -47,8 +47,17 @@ function fromFastifyError (error: FastifyError): ToolError {
   return new ToolError('ExecutionFailed', 'internal error', { cause: error })
 }
 
-/** Installs the error and not-found handlers: every error leaves as problem+json. */
+const ROUTES_NAMING_A_TOOL = new Set(['/v1/tools/:name', '/v1/tools/:name/execute'])
+
+/**
+ * Installs the error and not-found handlers: every error leaves as
+ * problem+json. The tool a route names is noted first of all, so that even a
+ * 401, a 413 or a malformed body answers with `tool`.
+ */
 export function installProblemHandlers (app: FastifyInstance): void {
+  app.addHook('onRequest', async (request) => {
+    if (ROUTES_NAMING_A_TOOL.has(request.routeOptions.url ?? '')) request.toolName = (request.params as { name?: string }).name
+  })
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const problem = fromFastifyError(error)
     if (problem.status >= 500) request.log.error({ err: error }, 'request failed')

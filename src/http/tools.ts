@@ -44,7 +44,6 @@ export function toolRoutes (app: FastifyInstance, runtime: Runtime): void {
   app.get<{ Params: Static<typeof NameParams> }>('/v1/tools/:name', {
     schema: { summary: 'One tool', tags: ['tools'], params: NameParams, response: { 200: ToolEntry, ...problems(401, 404) } },
   }, async (request) => {
-    request.toolName = request.params.name
     const tool = runtime.registry.get(request.params.name)
     // Out of scope looks exactly like absent: a token must not learn what it cannot use.
     if (!tool || !request.principal.scope(tool.name)) throw new ToolError('NotFound', `no tool named ${JSON.stringify(request.params.name)}`)
@@ -61,17 +60,18 @@ export function toolRoutes (app: FastifyInstance, runtime: Runtime): void {
       response: { 200: ExecuteReply, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
   }, async (request, reply) => {
-    request.toolName = request.params.name
     const caller = callerOf(request, reply)
     const workspace = new WorkspaceScope(runtime.workspaces, caller.tenant, request.body.workspace)
+    const call = { name: request.params.name, arguments: request.body.arguments, maxResultBytes: request.body.max_result_bytes }
+    let outcome
     try {
-      const call = { name: request.params.name, arguments: request.body.arguments, maxResultBytes: request.body.max_result_bytes }
-      const outcome = await execute(runtime, call, caller, workspace)
-      request.toolName = outcome.tool
-      if (!outcome.ok) return sendProblem(request, reply, outcome.error)
-      return { tool: outcome.tool, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs, workspace: outcome.workspace }
+      outcome = await execute(runtime, call, caller, workspace)
     } finally {
+      // Before the answer goes out: a client that reads it and looks again finds the workspace gone.
       await workspace.close()
     }
+    request.toolName = outcome.tool
+    if (!outcome.ok) return sendProblem(request, reply, outcome.error)
+    return { tool: outcome.tool, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs, workspace: outcome.workspace }
   })
 }

@@ -40,6 +40,8 @@ export interface RunResult {
   durationMs: number
   timedOut: boolean
   cancelled: boolean
+  /** The program could not be started because it does not exist. */
+  notFound?: boolean
 }
 
 export interface ProcessRunner {

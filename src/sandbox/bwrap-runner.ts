@@ -1,0 +1,85 @@
+/**
+ * Sandbox mode `bwrap`: each process runs under bubblewrap.
+ *
+ * Mount layout: the host root read-only; fresh /dev, /proc (new PID
+ * namespace) and /tmp; tmpfs over the places that may hold secrets (/root,
+ * /home, /run, the workspaces root with every other workspace in it, the
+ * service's config); /etc/shadow masked; then the call's workspace bound
+ * read-write at its own path, and any read-only extras (an executable tool's
+ * directory). All namespaces are unshared (network too, unless configured),
+ * the process runs as `nobody` without capabilities inside its own user
+ * namespace, in a new session, and dies with the service.
+ */
+import { existsSync, statSync } from 'node:fs'
+import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
+import { limitPrefix, type ResourceLimits } from './limits.ts'
+import { runToCompletion } from './process.ts'
+import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
+
+export const BWRAP = '/usr/bin/bwrap'
+
+const MASKED_DIRS = ['/root', '/home', '/run', '/var/run']
+const MASKED_FILES = ['/etc/shadow', '/etc/gshadow']
+
+export interface BwrapOptions {
+  network: boolean
+  limits: ResourceLimits
+  prlimit: string | undefined
+  /** Directories and files to hide from every process (the workspaces root, the config file). */
+  hidePaths: string[]
+}
+
+/** Mount arguments that hide a path: tmpfs over a directory, /dev/null over a file. */
+function hide (path: string): string[] {
+  if (!existsSync(path)) return []
+  return statSync(path).isDirectory() ? ['--tmpfs', path] : ['--ro-bind', '/dev/null', path]
+}
+
+export class BwrapRunner implements ProcessRunner {
+  readonly mode = 'bwrap' as const
+  readonly #options: BwrapOptions
+  readonly #prefix: string[]
+
+  constructor (options: BwrapOptions) {
+    this.#options = options
+    this.#prefix = limitPrefix(options.prlimit, options.limits)
+  }
+
+  /** The full bwrap argument list for one run (exported for tests and benchmarks). */
+  argv (options: RunOptions): string[] {
+    const env = scrubbedEnvironment(options.cwd, options.env)
+    return [
+      '--ro-bind', '/', '/',
+      '--dev', '/dev',
+      '--proc', '/proc',
+      '--tmpfs', '/tmp',
+      ...MASKED_DIRS.flatMap(hide),
+      ...MASKED_FILES.flatMap(hide),
+      ...this.#options.hidePaths.flatMap(hide),
+      '--bind', options.cwd, options.cwd,
+      ...(options.readOnlyPaths ?? []).flatMap((p) => ['--ro-bind', p, p]),
+      '--chdir', options.cwd,
+      '--unshare-all',
+      '--unshare-user',
+      ...(this.#options.network ? ['--share-net'] : []),
+      '--uid', '65534',
+      '--gid', '65534',
+      '--hostname', 'toolport-sandbox',
+      '--die-with-parent',
+      '--new-session',
+      '--clearenv',
+      ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
+      '--',
+      ...this.#prefix,
+      options.command,
+      ...options.args,
+    ]
+  }
+
+  async run (options: RunOptions): Promise<RunResult> {
+    const result = await runToCompletion({ file: BWRAP, args: this.argv(options), env: { PATH: SAFE_PATH }, cwd: options.cwd }, options)
+    // bwrap reports a missing program as "execvp X: No such file or directory" with exit 1.
+    if (result.exitCode === 1 && /^bwrap: execvp .*No such file or directory/m.test(result.stderr)) return { ...result, exitCode: 127, notFound: true }
+    return result
+  }
+}

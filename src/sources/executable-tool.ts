@@ -1,0 +1,75 @@
+/**
+ * One self-describing executable as a Tool: its `--describe` output is the
+ * schema; a call runs the file with the JSON arguments as its single
+ * argument, in the workspace, through the sandbox.
+ */
+import path from 'node:path'
+import type { AnyTool, JsonSchema } from '../core/tool.ts'
+import { ToolError } from '../errors.ts'
+import type { ProcessRunner } from '../sandbox/types.ts'
+
+/** stdout kept for parsing; a result larger than this is returned cut, as a string. */
+export const EXECUTABLE_STDOUT_BYTES = 16 * 1024 * 1024
+export const STDERR_IN_ERROR_BYTES = 4096
+
+export interface Description {
+  name: string
+  description: string
+  parameters: JsonSchema
+}
+
+/** Checks a `--describe` answer: a reason string when it is not a valid description. */
+export function parseDescription (stdout: string): Description | string {
+  let value: unknown
+  try {
+    value = JSON.parse(stdout)
+  } catch {
+    return '--describe did not print valid JSON'
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return '--describe did not print a JSON object'
+  const { name, description, parameters } = value as Record<string, unknown>
+  if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]{1,128}$/.test(name)) return 'name must be a string of letters, digits, "_", "." or "-"'
+  if (typeof description !== 'string') return 'description must be a string'
+  if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)) return 'parameters must be a JSON Schema object'
+  return { name, description, parameters: parameters as JsonSchema }
+}
+
+/** stdout as the tool's result: parsed when it is JSON, the text otherwise. */
+export function resultOf (stdout: string): unknown {
+  const trimmed = stdout.trim()
+  if (trimmed === '') return stdout
+  try {
+    return JSON.parse(trimmed)
+  } catch {
+    return stdout
+  }
+}
+
+export function executableTool (file: string, description: Description, options: { runner: ProcessRunner, stub: boolean, timeoutSeconds: number }): AnyTool {
+  return {
+    name: description.name,
+    description: description.description,
+    parameters: description.parameters,
+    source: 'executable',
+    async execute (args, ctx) {
+      const run = await options.runner.run({
+        command: file,
+        args: [JSON.stringify(args)],
+        cwd: ctx.workspaceDir,
+        env: options.stub ? { SHELLCLAW_STUB: '1' } : {},
+        timeoutMs: options.timeoutSeconds * 1000,
+        signal: ctx.signal,
+        maxOutputBytes: EXECUTABLE_STDOUT_BYTES,
+        readOnlyPaths: [path.dirname(file)],
+      })
+      if (run.timedOut) throw new ToolError('Timeout', `${description.name} timed out after ${options.timeoutSeconds}s`)
+      if (run.cancelled) throw new ToolError('ExecutionFailed', 'cancelled')
+      if (run.exitCode !== 0) {
+        const stderr = run.stderr.slice(0, STDERR_IN_ERROR_BYTES)
+        const detail = stderr.trim() === '' ? `${description.name} exited with code ${run.exitCode}` : `${description.name} exited with code ${run.exitCode}: ${stderr.trim()}`
+        throw new ToolError('ExecutionFailed', detail, { extra: { exit_code: run.exitCode, stderr } })
+      }
+      return run.stdoutTruncated ? run.stdout : resultOf(run.stdout)
+    },
+  }
+}

@@ -1,0 +1,96 @@
+/**
+ * message: sends text to a configured channel. The call only enqueues (the
+ * seed: "the return value confirms dispatch, not delivery"); a background
+ * sender POSTs `{channel, chat_id, content}` to the channel's webhook with
+ * retries. The queue is bounded; content is sanitised first.
+ */
+import { Type } from '@sinclair/typebox'
+import type { Logger } from 'pino'
+import { request } from 'undici'
+import type { Config } from '../config.ts'
+import type { AnyTool } from '../core/tool.ts'
+import { ToolError } from '../errors.ts'
+import { defineBuiltin } from './define.ts'
+
+export const MAX_QUEUED_MESSAGES = 1000
+export const SEND_ATTEMPTS = 3
+const SEND_TIMEOUT_MS = 10_000
+
+/** Strips NUL, DEL and control characters, keeping newline, carriage return and tab (the lifecycle seed). */
+export function sanitiseContent (text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g, '')
+}
+
+interface Outgoing { channel: string, chat_id: string, content: string, webhook: string }
+
+class WebhookSender {
+  readonly #queue: Outgoing[] = []
+  readonly #log: Logger
+  #running: Promise<void> | undefined
+  #closing = false
+
+  constructor (log: Logger) {
+    this.#log = log
+  }
+
+  enqueue (message: Outgoing): void {
+    if (this.#closing) throw new ToolError('ExecutionFailed', 'the service is shutting down')
+    if (this.#queue.length >= MAX_QUEUED_MESSAGES) throw new ToolError('ExecutionFailed', `message queue full (${MAX_QUEUED_MESSAGES} waiting)`)
+    this.#queue.push(message)
+    this.#running ??= this.#drain().finally(() => { this.#running = undefined })
+  }
+
+  /** Stops accepting; gives what is queued up to `graceMs` to go out. */
+  async close (graceMs = 2000): Promise<void> {
+    this.#closing = true
+    if (this.#running) await Promise.race([this.#running, new Promise((resolve) => setTimeout(resolve, graceMs).unref())])
+    this.#queue.length = 0
+  }
+
+  async #drain (): Promise<void> {
+    for (let message = this.#queue.shift(); message; message = this.#queue.shift()) await this.#deliver(message)
+  }
+
+  async #deliver (message: Outgoing): Promise<void> {
+    const body = JSON.stringify({ channel: message.channel, chat_id: message.chat_id, content: message.content })
+    for (let attempt = 1; attempt <= SEND_ATTEMPTS; attempt++) {
+      try {
+        const response = await request(message.webhook, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(SEND_TIMEOUT_MS) })
+        await response.body.dump()
+        if (response.statusCode < 500) {
+          if (response.statusCode >= 400) this.#log.warn({ channel: message.channel, status: response.statusCode }, 'webhook refused a message')
+          return
+        }
+        this.#log.debug({ channel: message.channel, status: response.statusCode, attempt }, 'webhook failed; retrying')
+      } catch (error) {
+        this.#log.debug({ channel: message.channel, code: (error as { code?: string }).code, attempt }, 'webhook unreachable; retrying')
+      }
+      if (attempt < SEND_ATTEMPTS && !this.#closing) await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt))
+    }
+    // Never the content: it may be private.
+    this.#log.warn({ channel: message.channel, chat_id: message.chat_id }, 'message not delivered after retries')
+  }
+}
+
+export function createMessageTool (channels: Config['channels'], log: Logger): { tool: AnyTool, close: () => Promise<void> } {
+  const sender = new WebhookSender(log)
+  const names = Object.keys(channels).sort()
+  const tool = defineBuiltin({
+    name: 'message',
+    description: `Send a message to a chat channel (${names.join(', ')}). Confirms dispatch, not delivery.`,
+    parameters: Type.Object({
+      channel: Type.String({ description: `Target channel (one of: ${names.join(', ')})` }),
+      chat_id: Type.String({ description: 'Target chat or conversation ID' }),
+      content: Type.String({ description: 'Message content to send' }),
+    }),
+    async execute (args) {
+      const channel = channels[args.channel]
+      if (!channel) throw new ToolError('InvalidArgs', `unknown channel ${JSON.stringify(args.channel)}; configured channels: ${names.join(', ')}`)
+      const content = sanitiseContent(args.content)
+      sender.enqueue({ channel: args.channel, chat_id: args.chat_id, content, webhook: channel.webhook })
+      return { status: 'sent', channel: args.channel, chat_id: args.chat_id, content_length: content.length }
+    },
+  })
+  return { tool, close: () => sender.close() }
+}

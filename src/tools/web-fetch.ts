@@ -1,0 +1,120 @@
+/**
+ * web_fetch: an HTTP(S) request to a URL the caller names, under the SSRF
+ * policy (unless `allow_private_networks`). Each hop of a redirect chain is
+ * checked again, the connection goes to the address that was checked, and
+ * the body is read only up to `max_bytes`.
+ */
+import { Type } from '@sinclair/typebox'
+import { Agent, request } from 'undici'
+import type { Config } from '../config.ts'
+import type { ToolContext } from '../core/tool.ts'
+import { ToolError } from '../errors.ts'
+import { defineBuiltin } from './define.ts'
+import { type Resolver, systemResolver, type VettedAddress, vetHost } from './ssrf.ts'
+
+export const MAX_REDIRECTS = 5
+export const FETCH_TIMEOUT_MS = 30_000
+const REDIRECTS = new Set([301, 302, 303, 307, 308])
+const DROPPED_HEADERS = new Set(['host', 'connection', 'keep-alive', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'content-length'])
+
+export interface WebFetchOptions {
+  /** Name resolution (tests substitute one that answers private addresses). */
+  resolve?: Resolver
+}
+
+function parseUrl (raw: string, base?: URL): URL {
+  let url: URL
+  try {
+    url = new URL(raw, base)
+  } catch {
+    throw new ToolError('InvalidArgs', `not a valid URL: ${JSON.stringify(raw.slice(0, 200))}`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ToolError('InvalidArgs', `only http:// and https:// URLs are allowed, not ${url.protocol}`)
+  return url
+}
+
+/** An agent whose every connection goes to the vetted address, whatever DNS says by then. */
+function pinnedAgent (vetted: VettedAddress): Agent {
+  return new Agent({
+    connect: {
+      lookup: (_hostname: string, options: { all?: boolean }, callback: (...args: unknown[]) => void) => {
+        if (options?.all) callback(null, [{ address: vetted.address, family: vetted.family }])
+        else callback(null, vetted.address, vetted.family)
+      },
+    } as Record<string, unknown>,
+  })
+}
+
+function callerHeaders (headers: Record<string, string> | undefined): Record<string, string> {
+  return Object.fromEntries(Object.entries(headers ?? {}).filter(([name]) => !DROPPED_HEADERS.has(name.toLowerCase())))
+}
+
+async function readCapped (body: AsyncIterable<Buffer> & { destroy: () => void }, maxBytes: number): Promise<{ data: Buffer, complete: boolean, read: number }> {
+  const chunks: Buffer[] = []
+  let read = 0
+  for await (const chunk of body) {
+    const room = maxBytes - read
+    chunks.push(chunk.length <= room ? chunk : chunk.subarray(0, room))
+    read += Math.min(chunk.length, room)
+    if (chunk.length > room) {
+      body.destroy()
+      return { data: Buffer.concat(chunks), complete: false, read }
+    }
+  }
+  return { data: Buffer.concat(chunks), complete: true, read }
+}
+
+function failureOf (error: unknown, ctx: ToolContext, timeout: AbortSignal): ToolError {
+  if (error instanceof ToolError) return error
+  if (timeout.aborted) return new ToolError('Timeout', `no complete answer within ${FETCH_TIMEOUT_MS / 1000}s`)
+  if (ctx.signal.aborted) return new ToolError('ExecutionFailed', 'cancelled')
+  const code = (error as { code?: string }).code
+  return new ToolError('ExecutionFailed', `connection failed: ${code ?? (error as Error).message}`)
+}
+
+export function createWebFetchTool (config: Config['tools']['web_fetch'], options: WebFetchOptions = {}) {
+  const resolve = options.resolve ?? systemResolver
+  return defineBuiltin({
+    name: 'web_fetch',
+    description: 'Fetch a URL (http:// or https://) and answer its status, content type and body as text. Private networks and cloud metadata endpoints are blocked.',
+    parameters: Type.Object({
+      url: Type.String({ description: 'URL to fetch (http:// or https://)' }),
+      method: Type.Optional(Type.String({ pattern: '^[A-Za-z]{1,16}$', description: 'HTTP method (default: "GET")' })),
+      headers: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'HTTP headers as key-value pairs' })),
+    }),
+    async execute (args, ctx) {
+      let url = parseUrl(args.url)
+      let method = (args.method ?? 'GET').toUpperCase()
+      const timeout = AbortSignal.timeout(FETCH_TIMEOUT_MS)
+      const signal = AbortSignal.any([ctx.signal, timeout])
+      for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
+        const agent = config.allow_private_networks ? undefined : pinnedAgent(await vetHost(url, resolve))
+        try {
+          const response = await request(url, { method: method as 'GET', headers: callerHeaders(args.headers), dispatcher: agent, signal })
+          const location = response.headers['location']
+          if (REDIRECTS.has(response.statusCode) && typeof location === 'string') {
+            await response.body.dump()
+            if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) method = 'GET'
+            url = parseUrl(location, url)
+            continue
+          }
+          const { data, complete, read } = await readCapped(response.body as never, config.max_bytes)
+          const declared = Number(response.headers['content-length'])
+          const body = data.toString('utf8') + (complete ? '' : `\n... (body truncated: showing first ${read} bytes)`)
+          return {
+            status: response.statusCode,
+            content_type: String(response.headers['content-type'] ?? ''),
+            body,
+            url: url.href,
+            bytes: Number.isFinite(declared) && declared >= read ? declared : read,
+          }
+        } catch (error) {
+          throw failureOf(error, ctx, timeout)
+        } finally {
+          void agent?.close()
+        }
+      }
+      throw new ToolError('ExecutionFailed', `more than ${MAX_REDIRECTS} redirects`)
+    },
+  })
+}

@@ -1,0 +1,49 @@
+import { writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { ConfigError, defaultConfig, loadConfigFile, parseConfig } from '../src/config.ts'
+import { tempDir } from './support/temp.ts'
+
+const messageOf = (fn: () => unknown): string => {
+  try {
+    fn()
+    return 'ok'
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError)
+    return (error as Error).message
+  }
+}
+
+describe('config', () => {
+  it('has the contract defaults', () => {
+    const config = defaultConfig()
+    expect(config.server).toMatchObject({ host: '127.0.0.1', port: 8080, body_limit_bytes: 10_485_760 })
+    expect(config.limits).toEqual({ max_concurrent: 16, max_queue: 256, queue_timeout_ms: 30_000, max_result_bytes: 65_536 })
+    expect(config.tools.exec_shell).toEqual({ timeout_default: 30, timeout_max: 300 })
+    expect(config.tools.spawn).toEqual({ max_concurrent: 5, timeout_default: 60 })
+    expect(config.tools.web_fetch).toEqual({ max_bytes: 10_485_760, allow_private_networks: false })
+    expect(config.sandbox).toMatchObject({ mode: 'auto', network: false })
+    expect(config.tools.builtin).toBeUndefined()
+  })
+
+  it('names the key of every problem in one line', () => {
+    expect(messageOf(() => parseConfig({ bogus_section: {} }))).toBe('config: bogus_section: unknown key')
+    expect(messageOf(() => parseConfig({ limits: { max_concurent: 3 } }))).toBe('config: limits.max_concurent: unknown key')
+    expect(messageOf(() => parseConfig({ limits: { max_concurrent: 'many' } }))).toBe('config: limits.max_concurrent: must be integer')
+    expect(messageOf(() => parseConfig({ sandbox: { mode: 'docker' } }))).toBe('config: sandbox.mode: must be one of auto, bwrap, none')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { fs: { command: 'x', bogus: 1 } } } }))).toBe('config: tools.mcp_servers.fs.bogus: unknown key')
+    expect(messageOf(() => parseConfig({ auth: { tokens: [{ token: 't' }] } }))).toBe('config: auth.tokens.0.tenant: is required')
+    expect(messageOf(() => parseConfig([]))).toMatch(/top level/)
+  })
+
+  it('reads YAML and JSON files, and reports unreadable or unparseable ones', async () => {
+    const dir = await tempDir()
+    await writeFile(path.join(dir, 'a.yaml'), 'limits:\n  max_concurrent: 3\ntools:\n  builtin: ["read_*"]\n')
+    await writeFile(path.join(dir, 'b.json'), '{"limits": {"max_queue": 0}}')
+    await writeFile(path.join(dir, 'bad.yaml'), 'limits: [unclosed\n  - : :\n')
+    expect((await loadConfigFile(path.join(dir, 'a.yaml'))).limits.max_concurrent).toBe(3)
+    expect((await loadConfigFile(path.join(dir, 'b.json'))).limits.max_queue).toBe(0)
+    await expect(loadConfigFile(path.join(dir, 'bad.yaml'))).rejects.toThrow(/cannot parse/)
+    await expect(loadConfigFile(path.join(dir, 'missing.yaml'))).rejects.toThrow(/cannot read .*ENOENT/)
+  })
+})

@@ -1,0 +1,78 @@
+/** The built server, started as a user would: `node dist/src/server.js` with env and a config file. */
+import { readdirSync, readFileSync } from 'node:fs'
+import { describe, expect, it } from 'vitest'
+import { startServer, waitReady } from '../support/server-process.ts'
+
+const post = (base: string, url: string, body: unknown, signal?: AbortSignal) =>
+  fetch(`${base}${url}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal })
+
+const processAlive = (pattern: string): boolean => {
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').includes(pattern)) return true
+    } catch {}
+  }
+  return false
+}
+
+describe('the built server', () => {
+  it('serves the catalog and runs calls over a real socket', async () => {
+    const server = await startServer({ sandbox: { mode: 'none' } })
+    await waitReady(server)
+    const tools = await (await fetch(`${server.base}/v1/tools?format=openai`)).json() as { tools: unknown[] }
+    expect(tools.tools.length).toBe(10)
+    const response = await post(server.base, '/v1/tools/exec_shell/execute', { arguments: { command: 'echo e2e' } })
+    expect(await response.json()).toMatchObject({ tool: 'exec_shell', result: { exit_code: 0, stdout: 'e2e\n' } })
+  })
+
+  it('cancels a call whose client disconnects: the process dies and the workspace goes', async () => {
+    const server = await startServer({ sandbox: { mode: 'none' }, workspaces: undefined })
+    await waitReady(server)
+    const marker = `sleep 7.${Date.now() % 100000}`
+    const controller = new AbortController()
+    const call = post(server.base, '/v1/tools/exec_shell/execute', { arguments: { command: `${marker}; echo never` } }, controller.signal).catch(() => null)
+    const deadline = Date.now() + 5000
+    while (!processAlive(marker) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(processAlive(marker)).toBe(true)
+    controller.abort()
+    await call
+    const gone = Date.now() + 5000
+    while (processAlive(marker) && Date.now() < gone) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(processAlive(marker)).toBe(false)
+    const ready = await (await fetch(`${server.base}/readyz`)).json() as Record<string, unknown>
+    expect(ready['status']).toBe('ready')
+  })
+
+  it('drains on SIGTERM: readyz 503, the in-flight call completes, exit 0', async () => {
+    const server = await startServer({ sandbox: { mode: 'none' } })
+    await waitReady(server)
+    const call = post(server.base, '/v1/tools/exec_shell/execute', { arguments: { command: 'sleep 1.5; echo drained' } })
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    server.child.kill('SIGTERM')
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const ready = await fetch(`${server.base}/readyz`).catch(() => null)
+    expect(ready?.status).not.toBe(200)
+    const body = await (await call).json() as { result: { stdout: string } }
+    expect(body.result.stdout).toBe('drained\n')
+    expect(await server.exited).toEqual({ code: 0, signal: null })
+  })
+
+  it('exits 1 with one line naming the bad key', async () => {
+    const server = await startServer({ limits: { max_concurent: 3 } })
+    expect((await server.exited).code).toBe(1)
+    expect(server.output()).toMatch(/^toolport: config: limits\.max_concurent: unknown key\n$/)
+  })
+
+  it('refuses a non-loopback address without tokens unless auth is disabled', async () => {
+    const refused = await startServer({}, { HOST: '0.0.0.0' })
+    expect((await refused.exited).code).toBe(1)
+    expect(refused.output()).toMatch(/no tokens are configured/)
+  })
+
+  it('serves the embedded defaults without a config file', async () => {
+    const server = await startServer(null)
+    await waitReady(server)
+    const tools = await (await fetch(`${server.base}/v1/tools`)).json() as { tools: Array<{ name: string }> }
+    expect(tools.tools.map((t) => t.name)).toContain('web_fetch')
+  })
+})

@@ -1,0 +1,98 @@
+import { describe, expect, it } from 'vitest'
+import { buildTestApp, exec } from '../helper.ts'
+import { expectProblem } from '../support/problem.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+async function batch (app: App, body: unknown) {
+  const response = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: body as Record<string, unknown> })
+  return { status: response.statusCode, body: response.json(), headers: response.headers }
+}
+
+const echo = (text: string) => ({ command: `echo ${text}` })
+
+describe('POST /v1/tool-calls', () => {
+  it('accepts the three call shapes, in order, with native messages by default', async () => {
+    const app = await buildTestApp()
+    const { status, body } = await batch(app, {
+      calls: [
+        { type: 'tool_use', id: 'z3', name: 'exec_shell', input: echo('first') },
+        { id: 'a1', name: 'exec_shell', arguments: echo('second') },
+        { id: 'm2', type: 'function', function: { name: 'exec_shell', arguments: JSON.stringify(echo('third')) } },
+      ],
+    })
+    expect(status).toBe(200)
+    expect(body.results.map((r: any) => [r.id, r.name, r.ok, r.status, r.result.stdout, r.truncated])).toEqual([
+      ['z3', 'exec_shell', true, 200, 'first\n', false],
+      ['a1', 'exec_shell', true, 200, 'second\n', false],
+      ['m2', 'exec_shell', true, 200, 'third\n', false],
+    ])
+    expect(body.messages[0]).toEqual({ role: 'tool', tool_call_id: 'z3', content: JSON.stringify(body.results[0].result) })
+  })
+
+  it('shapes messages for openai and anthropic, errors as {"error": "..."}', async () => {
+    const app = await buildTestApp()
+    const calls = [{ id: 'ok', name: 'exec_shell', arguments: echo('x') }, { id: 'bad', name: 'read_file', arguments: { path: 'nope.txt' } }]
+    const openai = (await batch(app, { calls, format: 'openai' })).body
+    expect(openai.messages[0]).toMatchObject({ role: 'tool', tool_call_id: 'ok' })
+    const anthropic = (await batch(app, { calls, format: 'anthropic' })).body
+    expect(anthropic.messages.map((m: any) => [m.type, m.tool_use_id, m.is_error])).toEqual([['tool_result', 'ok', false], ['tool_result', 'bad', true]])
+    expect(JSON.parse(anthropic.messages[1].content)).toEqual({ error: expect.stringMatching(/^file not found: nope.txt/) })
+  })
+
+  it('keeps each failed call\'s status and problem, and runs the rest', async () => {
+    const app = await buildTestApp()
+    const { body } = await batch(app, {
+      calls: [
+        { id: 'e1', name: 'read_file', arguments: {} },
+        { id: 'e2', name: 'exec_shell', arguments: { command: 'true || sudo id' } },
+        { id: 'e3', name: 'no_such_tool', arguments: {} },
+        { id: 'e4', arguments: {} },
+        { id: 'fine', name: 'exec_shell', arguments: echo('still') },
+      ],
+    })
+    expect(body.results.map((r: any) => [r.id, r.ok, r.status, r.error?.code])).toEqual([
+      ['e1', false, 400, 'InvalidArgs'], ['e2', false, 403, 'PermissionDenied'], ['e3', false, 404, 'NotFound'], ['e4', false, 400, 'InvalidArgs'], ['fine', true, 200, undefined],
+    ])
+    expect(body.results[0].error).toMatchObject({ type: expect.any(String), title: expect.any(String), detail: expect.any(String), status: 400, tool: 'read_file' })
+  })
+
+  it('shares one ephemeral workspace within a batch, gone afterwards', async () => {
+    const app = await buildTestApp()
+    const { body } = await batch(app, {
+      calls: [
+        { id: 'w', name: 'write_file', arguments: { path: 's.txt', content: 'shared' } },
+        { id: 'r', name: 'exec_shell', arguments: { command: 'cat s.txt' } },
+      ],
+    })
+    expect(body.results[1].result.stdout).toBe('shared')
+    const next = (await batch(app, { calls: [{ id: 'r', name: 'read_file', arguments: { path: 's.txt' } }] })).body
+    expect(next.results[0].status).toBe(404)
+  })
+
+  it('runs in order by default and concurrently with parallel: true', async () => {
+    const app = await buildTestApp()
+    const calls = [1, 2, 3].map((n) => ({ id: `p${n}`, name: 'exec_shell', arguments: { command: `sleep 0.4; echo ${n} >> order.txt; cat order.txt` } }))
+    const sequential = (await batch(app, { calls, workspace: 'order' })).body
+    expect(sequential.results[2].result.stdout).toBe('1\n2\n3\n')
+    const started = Date.now()
+    const parallel = (await batch(app, { calls: calls.map((c) => ({ ...c, arguments: { command: 'sleep 0.6; echo done' } })), parallel: true })).body
+    expect(parallel.results.map((r: any) => r.id)).toEqual(['p1', 'p2', 'p3'])
+    expect(Date.now() - started).toBeLessThan(1500)
+  })
+
+  it('uses a persistent workspace when named', async () => {
+    const app = await buildTestApp()
+    await batch(app, { workspace: 'kept', calls: [{ id: 'w', name: 'write_file', arguments: { path: 'k.txt', content: 'kept' } }] })
+    expect((await exec(app, 'read_file', { path: 'k.txt' }, { workspace: 'kept' })).body.result.content).toBe('kept')
+  })
+
+  it('refuses a malformed batch', async () => {
+    const app = await buildTestApp()
+    expectProblem(await batch(app, { calls: 'not-a-list' }), 400, 'BadRequest')
+    expectProblem(await batch(app, {}), 400, 'BadRequest')
+    expectProblem(await batch(app, { calls: [], workspace: 'a/b' }), 400, 'InvalidArgs')
+    const notObject = await app.inject({ method: 'POST', url: '/v1/tool-calls', headers: { 'content-type': 'application/json' }, payload: '[]' })
+    expectProblem({ status: notObject.statusCode, body: notObject.json(), headers: notObject.headers }, 400, 'BadRequest')
+  })
+})

@@ -1,0 +1,86 @@
+/** Toolport as an MCP server, driven by the SDK's own client over a real socket. */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp, onCleanup } from '../helper.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+async function listening (app: App): Promise<string> {
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('not listening')
+  return `http://127.0.0.1:${address.port}`
+}
+
+async function connect (base: string, token?: string): Promise<Client> {
+  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}
+  const transport = new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers } })
+  const client = new Client({ name: 'toolport-test', version: '1.0.0' })
+  await client.connect(transport)
+  onCleanup(() => client.close())
+  return client
+}
+
+const textOf = (result: Awaited<ReturnType<Client['callTool']>>): string =>
+  (result.content as Array<{ type: string, text: string }>).map((c) => c.text).join('')
+
+describe('/mcp', () => {
+  it('lists the same catalog as REST, in the mcp format', async () => {
+    const app = await buildTestApp()
+    const client = await connect(await listening(app))
+    const { tools } = await client.listTools()
+    const rest = (await app.inject({ method: 'GET', url: '/v1/tools?format=mcp' })).json().tools
+    expect(tools.map((t) => t.name)).toEqual(rest.map((t: { name: string }) => t.name))
+    expect(tools.find((t) => t.name === 'read_file')?.inputSchema).toMatchObject({ type: 'object', required: ['path'] })
+  })
+
+  it('keeps one workspace for a session, and a new one for another session', async () => {
+    const app = await buildTestApp()
+    const base = await listening(app)
+    const client = await connect(base)
+    const written = await client.callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'in session' } })
+    expect(written.isError).toBeFalsy()
+    const read = await client.callTool({ name: 'read_file', arguments: { path: 'a.txt' } })
+    expect(read.structuredContent).toEqual({ content: 'in session' })
+    const other = await connect(base)
+    const missing = await other.callTool({ name: 'read_file', arguments: { path: 'a.txt' } })
+    expect(missing.isError).toBe(true)
+    expect(textOf(missing)).toMatch(/^file not found/)
+  })
+
+  it('answers tool failures as isError results', async () => {
+    const app = await buildTestApp()
+    const client = await connect(await listening(app))
+    const denied = await client.callTool({ name: 'exec_shell', arguments: { command: 'true || sudo ls' } })
+    expect(denied.isError).toBe(true)
+    expect(textOf(denied)).toMatch(/^permission denied/)
+    const invalid = await client.callTool({ name: 'read_file', arguments: {} })
+    expect(invalid.isError).toBe(true)
+  })
+
+  it('applies the token scope and needs a token when auth is on', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'reader', tenant: 't', allowed_tools: ['read_*'] }] } })
+    const base = await listening(app)
+    await expect(connect(base)).rejects.toThrow()
+    const client = await connect(base, 'reader')
+    expect((await client.listTools()).tools.map((t) => t.name)).toEqual(['read_file'])
+    const refused = await client.callTool({ name: 'write_file', arguments: { path: 'a', content: 'b' } })
+    expect(refused.isError).toBe(true)
+    expect(textOf(refused)).toMatch(/^permission denied/)
+  })
+
+  it('removes the session workspace when the session ends', async () => {
+    const app = await buildTestApp()
+    const client = await connect(await listening(app))
+    await client.callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'x' } })
+    const root = `${app.runtime.workspaces.root}/ephemeral`
+    const { readdir } = await import('node:fs/promises')
+    expect((await readdir(root)).length).toBe(1)
+    await (client.transport as StreamableHTTPClientTransport).terminateSession()
+    await client.close()
+    const deadline = Date.now() + 3000
+    while ((await readdir(root)).length > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(await readdir(root)).toEqual([])
+  })
+})

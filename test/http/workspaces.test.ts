@@ -1,0 +1,114 @@
+import { existsSync } from 'node:fs'
+import { readdir, readFile, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { gunzipSync, gzipSync } from 'node:zlib'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp, exec, tempDir } from '../helper.ts'
+import { expectProblem } from '../support/problem.ts'
+import { tarEntries, tarOf } from '../support/tarball.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+const request = async (app: App, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?: unknown, headers: Record<string, string> = {}) => {
+  const response = await app.inject({ method, url, payload: payload as string, headers })
+  let body: any = response.body
+  try { body = response.json() } catch {}
+  return { status: response.statusCode, body, headers: response.headers, raw: response.rawPayload }
+}
+
+describe('workspaces', () => {
+  it('creates (201), describes, conflicts (409) and deletes (204, then 404)', async () => {
+    const app = await buildTestApp({ workspaces: { ttl_seconds: 3600 } })
+    const created = await request(app, 'POST', '/v1/workspaces', { id: 'ws-1' })
+    expect(created.status).toBe(201)
+    expect(created.headers['location']).toBe('/v1/workspaces/ws-1')
+    expect(Date.parse(created.body.expires_at) - Date.parse(created.body.created_at)).toBe(3_600_000)
+    await exec(app, 'write_file', { path: 'a.txt', content: 'abc' }, { workspace: 'ws-1' })
+    await exec(app, 'write_file', { path: 'sub/b.txt', content: 'defg' }, { workspace: 'ws-1' })
+    expect((await request(app, 'GET', '/v1/workspaces/ws-1')).body).toMatchObject({ id: 'ws-1', files: 2, bytes: 7 })
+    expectProblem(await request(app, 'POST', '/v1/workspaces', { id: 'ws-1' }), 409, 'Conflict')
+    const dir = app.runtime.workspaces.get('default', 'ws-1').dir
+    const deleted = await request(app, 'DELETE', '/v1/workspaces/ws-1')
+    expect([deleted.status, deleted.raw.length]).toEqual([204, 0])
+    expect(existsSync(dir)).toBe(false)
+    expectProblem(await request(app, 'GET', '/v1/workspaces/ws-1'), 404, 'NotFound')
+    expectProblem(await request(app, 'DELETE', '/v1/workspaces/ws-1'), 404, 'NotFound')
+  })
+
+  it('generates an id and honours ttl_seconds', async () => {
+    const app = await buildTestApp()
+    const created = await request(app, 'POST', '/v1/workspaces', { ttl_seconds: 120 })
+    expect(created.body.id).toMatch(/^[0-9a-f-]{36}$/)
+    expect(Date.parse(created.body.expires_at) - Date.parse(created.body.created_at)).toBe(120_000)
+  })
+
+  it.each([['..'], ['a/b'], ['a\\b'], ['a\u0000b'], ['x'.repeat(257)], ['']])('refuses the id %j with InvalidArgs before touching the disk', async (id) => {
+    const app = await buildTestApp()
+    expectProblem(await request(app, 'POST', '/v1/workspaces', { id }), 400, 'InvalidArgs')
+    expectProblem(await exec(app, 'write_file', { path: 'probe.txt', content: 'x' }, { workspace: id }), 400, 'InvalidArgs', 'write_file')
+    expect(await readdir(path.join(app.runtime.workspaces.root))).toEqual(['ephemeral'])
+  })
+
+  it('keeps a 256-byte id', async () => {
+    const app = await buildTestApp()
+    const id = 'w'.repeat(256)
+    expect((await request(app, 'POST', '/v1/workspaces', { id })).status).toBe(201)
+    expect((await request(app, 'GET', `/v1/workspaces/${id}`)).body.id).toBe(id)
+  })
+
+  it('round-trips an archive: upload, tools see it, download has everything', async () => {
+    const app = await buildTestApp()
+    const up = await request(app, 'PUT', '/v1/workspaces/arch/archive', tarOf([
+      { name: 'hello.txt', content: 'hello archive\n' },
+      { name: 'dir', type: 'dir' },
+      { name: 'dir/nested.txt', content: 'nested ✓' },
+    ]), { 'content-type': 'application/gzip' })
+    expect(up.status, JSON.stringify(up.body)).toBe(200)
+    expect(up.body).toMatchObject({ files: 2, skipped: [] })
+    expect((await exec(app, 'read_file', { path: 'dir/nested.txt' }, { workspace: 'arch' })).body.result.content).toBe('nested ✓')
+    await exec(app, 'write_file', { path: 'later.txt', content: 'written later' }, { workspace: 'arch' })
+    const down = await request(app, 'GET', '/v1/workspaces/arch/archive')
+    expect(down.headers['content-type']).toMatch(/^application\/gzip/)
+    const files = tarEntries(gunzipSync(down.raw))
+    expect([files['hello.txt'], files['dir/nested.txt'], files['later.txt']]).toEqual(['hello archive\n', 'nested ✓', 'written later'])
+  })
+
+  it('skips hostile entries and writes nothing outside', async () => {
+    const app = await buildTestApp()
+    const outside = await tempDir()
+    await writeFile(path.join(outside, 'secret.txt'), 'TOPSECRET')
+    const up = await request(app, 'PUT', '/v1/workspaces/hostile/archive', tarOf([
+      { name: '../dotdot.txt', content: 'evil' },
+      { name: 'sub/../../nested.txt', content: 'evil' },
+      { name: `${outside}/abs.txt`, content: 'evil' },
+      { name: 'lnk', type: 'symlink', linkname: outside },
+      { name: 'lnk/through-link.txt', content: 'evil' },
+      { name: 'hard', type: 'hardlink', linkname: path.join(outside, 'secret.txt') },
+      { name: 'inner-link', type: 'symlink', linkname: 'fine.txt' },
+      { name: 'fine.txt', content: 'fine' },
+    ]), { 'content-type': 'application/gzip' })
+    expect(up.status).toBe(200)
+    expect(up.body.skipped.map((s: any) => s.path).sort()).toEqual(['../dotdot.txt', `${outside}/abs.txt`, 'hard', 'lnk', 'sub/../../nested.txt'].sort())
+    expect(await readdir(outside)).toEqual(['secret.txt'])
+    expect(await readFile(path.join(outside, 'secret.txt'), 'utf8')).toBe('TOPSECRET')
+    const root = app.runtime.workspaces.root
+    expect(existsSync(path.join(root, '..', 'dotdot.txt'))).toBe(false)
+    expect((await exec(app, 'read_file', { path: 'fine.txt' }, { workspace: 'hostile' })).body.result.content).toBe('fine')
+    expect((await exec(app, 'read_file', { path: 'inner-link' }, { workspace: 'hostile' })).body.result.content).toBe('fine')
+    expect((await exec(app, 'read_file', { path: 'lnk/through-link.txt' }, { workspace: 'hostile' })).body.result.content).toBe('evil')
+  })
+
+  it('refuses what is not a gzip archive and archives of unknown workspaces', async () => {
+    const app = await buildTestApp()
+    expectProblem(await request(app, 'PUT', '/v1/workspaces/x/archive', Buffer.from('not a tarball'), { 'content-type': 'application/gzip' }), 400, 'BadRequest')
+    expectProblem(await request(app, 'PUT', '/v1/workspaces/x/archive', gzipSync(Buffer.from('not a tar inside')), { 'content-type': 'application/gzip' }), 400, 'BadRequest')
+    expectProblem(await request(app, 'GET', '/v1/workspaces/never/archive'), 404, 'NotFound')
+  })
+
+  it('refuses an archive over the entry limit, changing nothing', async () => {
+    const app = await buildTestApp({ workspaces: { max_archive_entries: 3 } })
+    const entries = Array.from({ length: 5 }, (_, i) => ({ name: `f${i}.txt`, content: 'x' }))
+    expectProblem(await request(app, 'PUT', '/v1/workspaces/lim/archive', tarOf(entries), { 'content-type': 'application/gzip' }), 413, 'PayloadTooLarge')
+    expect((await request(app, 'GET', '/v1/workspaces/lim')).body.files).toBe(0)
+  })
+})

@@ -1,0 +1,65 @@
+/** Starting the built server (dist/) as a user would, on a free port, for end-to-end tests. */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { writeFile } from 'node:fs/promises'
+import net from 'node:net'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { onCleanup, tempDir } from './temp.ts'
+
+export const SERVER_ENTRY = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'src', 'server.js')
+
+export function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+export interface RunningServer {
+  base: string
+  child: ChildProcess
+  output: () => string
+  exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
+}
+
+/** Starts `node dist/src/server.js` with a config file (object → JSON), HOST and PORT. */
+export async function startServer (config: Record<string, unknown> | null, env: Record<string, string> = {}): Promise<RunningServer> {
+  const dir = await tempDir('toolport-e2e-')
+  const port = await freePort()
+  const file = path.join(dir, 'toolport.json')
+  const fullConfig = config === null ? null : { workspaces: { root: path.join(dir, 'workspaces') }, ...config }
+  if (fullConfig) await writeFile(file, JSON.stringify(fullConfig))
+  let output = ''
+  const child = spawn(process.execPath, [SERVER_ENTRY], {
+    env: { PATH: process.env['PATH'] ?? '', HOST: '127.0.0.1', PORT: String(port), ...(fullConfig ? { TOOLPORT_CONFIG: file } : {}), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  const exited = new Promise<{ code: number | null, signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
+  onCleanup(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL')
+      await exited
+    }
+  })
+  return { base: `http://127.0.0.1:${port}`, child, output: () => output, exited }
+}
+
+/** Polls /readyz until 200 (or the process exits, or 15 s pass). */
+export async function waitReady (server: RunningServer, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (server.child.exitCode !== null) throw new Error(`server exited: ${server.output()}`)
+    try {
+      const response = await fetch(`${server.base}/readyz`, { signal: AbortSignal.timeout(1000) })
+      if (response.status === 200) return
+    } catch {}
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error(`server not ready: ${server.output()}`)
+}

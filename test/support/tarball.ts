@@ -1,0 +1,66 @@
+/**
+ * Hand-built tar archives, so that hostile entries (`../x`, absolute paths,
+ * links out) go in exactly as written, and a reader for the ones the server
+ * sends back.
+ */
+import { gzipSync } from 'node:zlib'
+
+export interface TarEntry { name: string, type?: 'file' | 'dir' | 'symlink' | 'hardlink', content?: string, linkname?: string }
+
+const TYPE = { file: '0', hardlink: '1', symlink: '2', dir: '5' }
+
+function header (entry: TarEntry, size: number): Buffer {
+  const h = Buffer.alloc(512, 0)
+  const put = (offset: number, length: number, value: string) => h.write(value, offset, Math.min(length, Buffer.byteLength(value)), 'utf8')
+  const octal = (value: number, length: number) => `${value.toString(8).padStart(length - 1, '0')}\0`
+  put(0, 100, entry.name)
+  put(100, 8, octal(entry.type === 'dir' ? 0o755 : 0o644, 8))
+  put(108, 8, octal(0, 8))
+  put(116, 8, octal(0, 8))
+  put(124, 12, octal(size, 12))
+  put(136, 12, octal(Math.floor(Date.now() / 1000), 12))
+  put(148, 8, '        ')
+  put(156, 1, TYPE[entry.type ?? 'file'])
+  put(157, 100, entry.linkname ?? '')
+  put(257, 6, 'ustar\0')
+  put(263, 2, '00')
+  let sum = 0
+  for (const byte of h) sum += byte
+  put(148, 8, `${sum.toString(8).padStart(6, '0')}\0 `)
+  return h
+}
+
+/** A .tar.gz of the entries, as written. */
+export function tarOf (entries: TarEntry[]): Buffer {
+  const parts: Buffer[] = []
+  for (const entry of entries) {
+    const data = Buffer.from(entry.type === undefined || entry.type === 'file' ? entry.content ?? '' : '')
+    parts.push(header(entry, data.length), data, Buffer.alloc((512 - (data.length % 512)) % 512))
+  }
+  parts.push(Buffer.alloc(1024))
+  return gzipSync(Buffer.concat(parts))
+}
+
+/** The regular files of an (uncompressed) tar, by normalised name. */
+export function tarEntries (tar: Buffer): Record<string, string> {
+  const files: Record<string, string> = {}
+  let offset = 0
+  let longName: string | undefined
+  while (offset + 512 <= tar.length) {
+    const h = tar.subarray(offset, offset + 512)
+    if (h.every((b) => b === 0)) break
+    const field = (start: number, length: number) => h.subarray(start, start + length).toString('utf8').replace(/\0.*$/s, '')
+    const size = parseInt(field(124, 12).trim() || '0', 8)
+    const type = field(156, 1)
+    const prefix = field(345, 155)
+    const body = tar.subarray(offset + 512, offset + 512 + size)
+    if (type === 'L') longName = body.toString('utf8').replace(/\0.*$/s, '')
+    else {
+      const name = (longName ?? (prefix ? `${prefix}/${field(0, 100)}` : field(0, 100))).replace(/^\.\//, '')
+      if (type === '0' || type === '') files[name] = body.toString('utf8')
+      longName = undefined
+    }
+    offset += 512 + Math.ceil(size / 512) * 512
+  }
+  return files
+}
