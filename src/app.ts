@@ -52,11 +52,19 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // One completion line per tool call comes from the execution path; per-request lines would double it.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     return503OnClosing: true,
+    // close() comes after the drain (server.ts): whatever connection is still open then is idle or a stream.
+    forceCloseConnections: true,
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } },
   })
   const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics })
   app.decorate('runtime', runtime)
-  app.addHook('onRequest', async (request, reply) => { reply.header('x-request-id', request.id) })
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id)
+    // Count the answers a drain must wait for; an MCP event stream stays open for good and is not one.
+    if (request.method === 'GET' && request.url.startsWith('/mcp')) return
+    runtime.activeRequests++
+    reply.raw.once('close', () => { runtime.activeRequests-- })
+  })
   app.addHook('onClose', async () => { await runtime.close() })
   installProblemHandlers(app)
   installAuth(app, config.auth)

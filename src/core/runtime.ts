@@ -37,6 +37,8 @@ export class Runtime implements ExecutionServices {
   readonly maxResultBytes: number
   readonly mcpServers = new Map<string, McpClientSource>()
   readiness: Readiness = 'starting'
+  /** HTTP requests being answered (the MCP event streams excepted): a drain waits for them. */
+  activeRequests = 0
   runner!: ProcessRunner
   readonly #kill = new AbortController()
   readonly #options: RuntimeOptions
@@ -126,7 +128,7 @@ export class Runtime implements ExecutionServices {
   async drain (timeoutMs: number): Promise<void> {
     this.beginDrain()
     const deadline = Date.now() + timeoutMs
-    while (this.limiter.inFlight > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25))
+    while ((this.limiter.inFlight > 0 || this.activeRequests > 0) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25))
   }
 
   /** Ends everything: running calls are cancelled (their processes killed), sources closed. */

@@ -10,7 +10,7 @@
  * the process runs as `nobody` without capabilities inside its own user
  * namespace, in a new session, and dies with the service.
  */
-import { existsSync, statSync } from 'node:fs'
+import { existsSync, lstatSync } from 'node:fs'
 import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
 import { runToCompletion } from './process.ts'
@@ -29,10 +29,16 @@ export interface BwrapOptions {
   hidePaths: string[]
 }
 
-/** Mount arguments that hide a path: tmpfs over a directory, /dev/null over a file. */
+/**
+ * Mount arguments that hide a path: tmpfs over a directory, /dev/null over a
+ * file. A symlink (such as /var/run → /run) is left alone: bwrap cannot mount
+ * over one, and its target is hidden in its own right.
+ */
 function hide (path: string): string[] {
   if (!existsSync(path)) return []
-  return statSync(path).isDirectory() ? ['--tmpfs', path] : ['--ro-bind', '/dev/null', path]
+  const info = lstatSync(path)
+  if (info.isSymbolicLink()) return []
+  return info.isDirectory() ? ['--tmpfs', path] : ['--ro-bind', '/dev/null', path]
 }
 
 export class BwrapRunner implements ProcessRunner {
