@@ -1,0 +1,50 @@
+/** The completion log line: one per call, with request_id, tool, workspace, code and duration_ms; secrets redacted. */
+import { Writable } from 'node:stream'
+import { pino } from 'pino'
+import { describe, expect, it } from 'vitest'
+import { buildApp } from '../../src/app.ts'
+import { parseConfig } from '../../src/config.ts'
+import { onCleanup, tempDir } from '../helper.ts'
+
+async function appWithLogCapture (overrides: Record<string, unknown> = {}) {
+  const lines: Array<Record<string, unknown>> = []
+  const sink = new Writable({
+    write (chunk, _encoding, done) {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line))
+      done()
+    },
+  })
+  const logger = pino({ level: 'info', redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' } }, sink)
+  const config = parseConfig({ workspaces: { root: await tempDir() }, sandbox: { mode: 'none' }, ...overrides })
+  const app = await buildApp(config, { logger, defaultMetrics: false })
+  onCleanup(() => app.close())
+  await app.runtime.whenReady()
+  return { app, lines }
+}
+
+describe('logging', () => {
+  it('writes exactly one completion line per call', async () => {
+    const { app, lines } = await appWithLogCapture()
+    await app.inject({ method: 'POST', url: '/v1/tools/write_file/execute', headers: { 'x-request-id': 'req-123' }, payload: { arguments: { path: 'a', content: 'b' }, workspace: 'logs' } })
+    await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { arguments: { path: 'missing' } } })
+    const finished = lines.filter((l) => l['msg'] === 'tool call finished')
+    expect(finished).toHaveLength(2)
+    expect(finished[0]).toMatchObject({ request_id: 'req-123', tool: 'write_file', workspace: 'logs', code: 'ok', duration_ms: expect.any(Number) })
+    expect(finished[1]).toMatchObject({ tool: 'read_file', workspace: null, code: 'FileNotFound' })
+  })
+
+  it('echoes a sane X-Request-Id and replaces an unsafe one', async () => {
+    const { app } = await appWithLogCapture()
+    expect((await app.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'abc-1' } })).headers['x-request-id']).toBe('abc-1')
+    expect((await app.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'bad id\u0007' } })).headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/)
+  })
+
+  it('never logs a token', async () => {
+    const { app, lines } = await appWithLogCapture({ auth: { tokens: [{ token: 'super-secret-token', tenant: 't', allowed_tools: ['*'] }] } })
+    await app.inject({ method: 'POST', url: '/v1/tools/exec_shell/execute', headers: { authorization: 'Bearer super-secret-token' }, payload: { arguments: { command: 'exit 3' } } })
+    await app.inject({ method: 'GET', url: '/v1/tools', headers: { authorization: 'Bearer wrong-token-value' } })
+    const text = JSON.stringify(lines)
+    expect(text).not.toContain('super-secret-token')
+    expect(text).not.toContain('wrong-token-value')
+  })
+})
