@@ -46,6 +46,9 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   const app = Fastify({
     loggerInstance: (options.logger ?? pino({ level: 'silent' })) as FastifyBaseLogger,
     bodyLimit: config.server.body_limit_bytes,
+    // A client has this long to send its whole request (slow-loris); answers may take as long as calls do.
+    requestTimeout: 60_000,
+    http: { maxHeaderSize: 16 * 1024 },
     // Workspace ids may be 256 bytes, percent-encoded up to three times that.
     routerOptions: { maxParamLength: 1024 },
     genReqId: (request) => requestIdOf(request.headers['x-request-id']),

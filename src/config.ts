@@ -54,6 +54,8 @@ export const ConfigSchema = Type.Object({
   }),
   auth: section({
     tokens: Type.Array(TokenSchema, { default: [] }),
+    /** A YAML or JSON file holding more tokens (a mounted Kubernetes Secret). */
+    tokens_file: Type.Optional(Type.String()),
     disabled: Type.Boolean({ default: false }),
   }),
   sandbox: section({
@@ -138,6 +140,28 @@ export function parseConfig (raw: unknown): Config {
 /** The embedded defaults (no file). */
 export function defaultConfig (): Config {
   return parseConfig({})
+}
+
+const validateTokens = ajv.compile<Config['auth']['tokens']>(Type.Array(TokenSchema))
+
+/**
+ * Adds the tokens of `auth.tokens_file` (a YAML or JSON list of
+ * `{token, tenant, allowed_tools}`) to the configured ones.
+ */
+export async function withTokensFile (config: Config): Promise<Config> {
+  const file = config.auth.tokens_file
+  if (file === undefined) return config
+  let raw: unknown
+  try {
+    raw = parseYaml(await readFile(file, 'utf8'))
+  } catch (error) {
+    throw new ConfigError(`config: auth.tokens_file: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'not YAML or JSON'}`)
+  }
+  if (!validateTokens(raw)) {
+    const error = validateTokens.errors?.[0]
+    throw new ConfigError(`config: auth.tokens_file: ${error ? `${keyOf(error) === '(top level)' ? 'the list' : `entry ${keyOf(error)}`}: ${describe(error)}` : 'invalid'}`)
+  }
+  return { ...config, auth: { ...config.auth, tokens: [...config.auth.tokens, ...raw] } }
 }
 
 /** Reads and validates a YAML or JSON file (JSON is YAML, so one parser serves both). */

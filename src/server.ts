@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import { pino, type Logger } from 'pino'
 import { buildApp } from './app.ts'
-import { type Config, ConfigError, defaultConfig, loadConfigFile } from './config.ts'
+import { type Config, ConfigError, defaultConfig, loadConfigFile, withTokensFile } from './config.ts'
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost'])
 
@@ -32,7 +32,9 @@ async function readConfig (): Promise<{ config: Config, file: string | undefined
     process.exit(0)
   }
   const file = values.config ?? process.env['TOOLPORT_CONFIG'] ?? undefined
-  const config = file ? await loadConfigFile(file) : defaultConfig()
+  const loaded = file ? await loadConfigFile(file) : defaultConfig()
+  if (process.env['TOOLPORT_TOKENS_FILE']) loaded.auth.tokens_file = process.env['TOOLPORT_TOKENS_FILE']
+  const config = await withTokensFile(loaded)
   if (process.env['HOST']) config.server.host = process.env['HOST']
   if (process.env['PORT']) {
     const port = Number(process.env['PORT'])
@@ -65,7 +67,8 @@ async function main (): Promise<void> {
   } catch (error) {
     fail((error as Error).message)
   }
-  const app = await buildApp(config, { logger: log, hidePaths: file ? [file] : [] })
+  const secrets = [file, config.auth.tokens_file].filter((p): p is string => p !== undefined)
+  const app = await buildApp(config, { logger: log, hidePaths: secrets })
   closeWithGrace({ delay: config.server.drain_timeout_ms + 5000, logger: false }, async ({ signal, err }) => {
     if (err) log.error({ err }, 'shutting down after an error')
     else log.info({ signal }, 'shutting down: draining in-flight calls')

@@ -47,3 +47,22 @@ describe('config', () => {
     await expect(loadConfigFile(path.join(dir, 'missing.yaml'))).rejects.toThrow(/cannot read .*ENOENT/)
   })
 })
+
+describe('auth.tokens_file', () => {
+  it('adds the tokens of a YAML file to the configured ones', async () => {
+    const { withTokensFile } = await import('../src/config.ts')
+    const dir = await tempDir()
+    const file = path.join(dir, 'tokens.yaml')
+    await writeFile(file, '- { token: from-file, tenant: beta, allowed_tools: ["read_*"] }\n')
+    const config = await withTokensFile(parseConfig({ auth: { tokens: [{ token: 'inline', tenant: 'acme' }], tokens_file: file } }))
+    expect(config.auth.tokens.map((t) => [t.token, t.tenant, t.allowed_tools])).toEqual([['inline', 'acme', ['*']], ['from-file', 'beta', ['read_*']]])
+  })
+
+  it('names auth.tokens_file when the file is missing or malformed', async () => {
+    const { withTokensFile } = await import('../src/config.ts')
+    const dir = await tempDir()
+    await expect(withTokensFile(parseConfig({ auth: { tokens_file: path.join(dir, 'none.yaml') } }))).rejects.toThrow(/^config: auth.tokens_file: cannot read/)
+    await writeFile(path.join(dir, 'bad.yaml'), '- { token: x }\n')
+    await expect(withTokensFile(parseConfig({ auth: { tokens_file: path.join(dir, 'bad.yaml') } }))).rejects.toThrow(/auth.tokens_file: entry 0.tenant: is required/)
+  })
+})
