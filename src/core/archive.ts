@@ -13,6 +13,7 @@ import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import * as tar from 'tar'
 import { ToolError } from '../errors.ts'
+import { openContainedDirectory, splitInWorkspace } from './contained-fs.ts'
 import { isInside, resolveInWorkspace } from './paths.ts'
 
 export interface ArchiveLimits {
@@ -89,7 +90,11 @@ async function unpackInto (archive: Buffer, staging: string, limits: ArchiveLimi
   if (limitError) throw limitError
 }
 
-/** Moves the staged tree into the workspace, entry by entry, each through the containment check. */
+/**
+ * Moves the staged tree into the workspace, entry by entry, each through
+ * path containment and then through a descriptor-held directory, so neither
+ * a link already in the workspace nor one swapped in meanwhile can redirect it.
+ */
 async function moveInto (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport): Promise<void> {
   for (const name of await readdir(path.join(fromDir, relative))) {
     const rel = relative === '' ? name : `${relative}/${name}`
@@ -103,20 +108,25 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
       report.skipped.push({ path: rel, reason: 'would leave the workspace through an existing link' })
       continue
     }
-    if (info.isDirectory()) {
-      if (target.exists && !(await lstat(target.absolute)).isDirectory()) await rm(target.absolute, { force: true })
-      await mkdir(target.absolute, { recursive: true })
-      report.directories++
-      await moveInto(fromDir, workspaceDir, rel, report)
-    } else if (info.isSymbolicLink()) {
-      await rm(target.absolute, { force: true, recursive: true })
-      await symlink(await readlink(source), target.absolute)
-      report.symlinks++
-    } else {
-      if (target.exists && (await lstat(target.absolute)).isDirectory()) await rm(target.absolute, { recursive: true, force: true })
-      await rename(source, target.absolute)
-      report.files++
+    const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target.absolute)
+    const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
+    try {
+      const existing = await lstat(dir.at(base)).catch(() => null)
+      if (info.isDirectory()) {
+        if (existing && !existing.isDirectory()) await rm(dir.at(base), { force: true })
+        if (!existing?.isDirectory()) await mkdir(dir.at(base))
+        report.directories++
+      } else {
+        if (existing) await rm(dir.at(base), { recursive: true, force: true })
+        if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
+        else await rename(source, dir.at(base))
+        if (info.isSymbolicLink()) report.symlinks++
+        else report.files++
+      }
+    } finally {
+      await dir.close()
     }
+    if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
   }
 }
 

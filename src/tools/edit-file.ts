@@ -6,7 +6,7 @@
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from './define.ts'
-import { existingPath, fsError, openContained, readPrefix, serialised, writeAtomically } from './fs-helpers.ts'
+import { existingPath, openContained, readPrefix, serialised, writeContained } from './fs-helpers.ts'
 
 /** Files larger than this are not loaded for an edit. */
 export const MAX_EDIT_BYTES = 16 * 1024 * 1024
@@ -42,7 +42,7 @@ export const editFileTool = defineBuiltin({
       if (count > 1) throw new ToolError('InvalidArgs', `old_text appears ${count} times in ${args.path}; it must appear exactly once (add surrounding context)`)
       const at = text.indexOf(args.old_text)
       const edited = text.slice(0, at) + args.new_text + text.slice(at + args.old_text.length)
-      await writeAtomically(absolute, edited).catch((error: unknown) => { throw fsError(error, args.path) })
+      await writeContained(ctx.workspaceDir, absolute, args.path, edited)
       return { message: `Successfully edited ${args.path}` }
     })
   },

@@ -5,10 +5,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import { constants, type Stats } from 'node:fs'
-import { type FileHandle, open, realpath, rename, rm, writeFile } from 'node:fs/promises'
-import path from 'node:path'
+import { type FileHandle, open, rename, rm, writeFile } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
-import { isInside, resolveInWorkspace } from '../core/paths.ts'
+import { openContainedDirectory, splitInWorkspace } from '../core/contained-fs.ts'
+import { resolveInWorkspace } from '../core/paths.ts'
 
 /** Maps a Node filesystem error to the contract's codes; other errors pass through. */
 export function fsError (error: unknown, userPath: string): unknown {
@@ -33,23 +33,29 @@ export async function existingPath (workspaceDir: string, userPath: string): Pro
 }
 
 /**
- * Opens a resolved file for reading without following a final symlink, then
- * checks what was really opened: a link swapped in between the check and the
- * open cannot lead outside the workspace.
+ * Opens a resolved file for reading, race-free: its directory is walked by
+ * descriptor and the file opened with O_NOFOLLOW, so a symlink swapped in
+ * after the check cannot lead outside. A file with other hard links is
+ * refused: its other names may be outside the workspace.
  */
 export async function openContained (workspaceDir: string, absolute: string, userPath: string): Promise<{ handle: FileHandle, stat: Stats }> {
+  const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
   let handle: FileHandle
   try {
-    handle = await open(absolute, constants.O_RDONLY | constants.O_NOFOLLOW)
+    const dir = await openContainedDirectory(workspaceDir, relativeDir, userPath)
+    try {
+      handle = await open(dir.at(name), constants.O_RDONLY | constants.O_NOFOLLOW)
+    } finally {
+      await dir.close()
+    }
   } catch (error) {
     throw fsError(error, userPath)
   }
   try {
-    const opened = await realpath(`/proc/self/fd/${handle.fd}`).catch(() => absolute)
-    if (!isInside(workspaceDir, opened)) throw new ToolError('InvalidPath', `${userPath} resolves outside the workspace`)
     const stat = await handle.stat()
     if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${userPath} is a directory`)
     if (!stat.isFile()) throw new ToolError('InvalidArgs', `${userPath} is not a regular file`)
+    if (stat.nlink > 1) throw new ToolError('InvalidPath', `${userPath} has other hard links, which may lie outside the workspace`)
     return { handle, stat }
   } catch (error) {
     await handle.close()
@@ -70,17 +76,29 @@ export async function readPrefix (handle: FileHandle, maxBytes: number): Promise
 }
 
 /**
- * Writes a file atomically: a temporary file beside it, then a rename. A
- * failure leaves the old content in place; readers never see half a file.
+ * Writes a file atomically and race-free: a temporary file in the (walked,
+ * descriptor-held) directory, then a rename within it. A failure leaves the
+ * old content; readers never see half a file; an existing symlink at the
+ * target is replaced, never followed. With `createParents`, missing
+ * directories are made on the way.
  */
-export async function writeAtomically (absolute: string, content: string | Buffer): Promise<void> {
-  const temp = path.join(path.dirname(absolute), `.${path.basename(absolute)}.${randomUUID()}.toolport-tmp`)
+export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean } = {}): Promise<void> {
+  const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
+  const temp = `.${name.slice(0, 100)}.${randomUUID()}.toolport-tmp`
+  let dir
   try {
-    await writeFile(temp, content, { flag: 'wx', mode: 0o644 })
-    await rename(temp, absolute)
+    dir = await openContainedDirectory(workspaceDir, relativeDir, userPath, { create: options.createParents })
   } catch (error) {
-    await rm(temp, { force: true })
-    throw error
+    throw fsError(error, userPath)
+  }
+  try {
+    await writeFile(dir.at(temp), content, { flag: 'wx', mode: 0o644 })
+    await rename(dir.at(temp), dir.at(name))
+  } catch (error) {
+    await rm(dir.at(temp), { force: true })
+    throw fsError(error, userPath)
+  } finally {
+    await dir.close()
   }
 }
 

@@ -1,7 +1,8 @@
 /** list_directory: the immediate children of a directory, sorted by name, with is_dir and size. */
-import { lstat, readdir, stat } from 'node:fs/promises'
+import { lstat, readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
+import { openContainedDirectory } from '../core/contained-fs.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from './define.ts'
 import { existingPath, fsError } from './fs-helpers.ts'
@@ -17,18 +18,25 @@ export const listDirectoryTool = defineBuiltin({
   }),
   async execute (args, ctx) {
     const absolute = await existingPath(ctx.workspaceDir, args.path)
+    let dir
     try {
-      if (!(await stat(absolute)).isDirectory()) throw new ToolError('InvalidArgs', `${args.path} is not a directory`)
-      const names = (await readdir(absolute)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
+      dir = await openContainedDirectory(ctx.workspaceDir, path.relative(ctx.workspaceDir, absolute), args.path)
+    } catch (error) {
+      throw (error as NodeJS.ErrnoException).code === 'ENOTDIR' ? new ToolError('InvalidArgs', `${args.path} is not a directory`) : fsError(error, args.path)
+    }
+    try {
+      const names = (await readdir(dir.at(''))).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
       const shown = names.slice(0, MAX_ENTRIES)
       // lstat: a symlink is listed as itself, never as what it points to (which may be outside).
       const entries = await Promise.all(shown.map(async (name) => {
-        const info = await lstat(path.join(absolute, name)).catch(() => null)
+        const info = await lstat(dir.at(name)).catch(() => null)
         return { name, is_dir: info?.isDirectory() ?? false, size: info?.size ?? 0 }
       }))
       return names.length > MAX_ENTRIES ? { entries, truncated: true, total_entries: names.length } : { entries }
     } catch (error) {
       throw fsError(error, args.path)
+    } finally {
+      await dir.close()
     }
   },
 })

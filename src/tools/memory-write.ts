@@ -3,11 +3,12 @@
  * memory file. Writes to one file are serialised, so concurrent appends are
  * never lost.
  */
-import { mkdir, open } from 'node:fs/promises'
-import path from 'node:path'
+import { constants } from 'node:fs'
+import { open } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
+import { openContainedDirectory } from '../core/contained-fs.ts'
 import { defineBuiltin } from './define.ts'
-import { fsError, serialised, writeAtomically } from './fs-helpers.ts'
+import { fsError, serialised, writeContained } from './fs-helpers.ts'
 import { MEMORY_PATH, resolveMemoryFile } from './memory-file.ts'
 
 export const memoryWriteTool = defineBuiltin({
@@ -21,13 +22,14 @@ export const memoryWriteTool = defineBuiltin({
     const mode = args.mode ?? 'append'
     const file = await resolveMemoryFile(ctx.workspaceDir)
     await serialised(file.absolute, async () => {
+      if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true })
+      const dir = await openContainedDirectory(ctx.workspaceDir, 'memory', MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
       try {
-        await mkdir(path.dirname(file.absolute), { recursive: true })
-        await resolveMemoryFile(ctx.workspaceDir)
-        if (mode === 'overwrite') await writeAtomically(file.absolute, args.content)
-        else await appendParagraph(file.absolute, args.content)
+        await appendParagraph(dir.at('MEMORY.md'), args.content)
       } catch (error) {
         throw fsError(error, MEMORY_PATH)
+      } finally {
+        await dir.close()
       }
     })
     return {
@@ -38,8 +40,9 @@ export const memoryWriteTool = defineBuiltin({
 })
 
 /** Appends `content`, separated from what is there by exactly one blank line. */
-async function appendParagraph (absolute: string, content: string): Promise<void> {
-  const handle = await open(absolute, 'a+')
+async function appendParagraph (file: string, content: string): Promise<void> {
+  // O_NOFOLLOW: a MEMORY.md that is a symlink is refused, never followed.
+  const handle = await open(file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644)
   try {
     const { size } = await handle.stat()
     let separator = ''

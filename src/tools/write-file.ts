@@ -1,11 +1,9 @@
-/** write_file: creates or overwrites a file (and its parent directories), atomically. */
-import { mkdir, stat } from 'node:fs/promises'
-import path from 'node:path'
+/** write_file: creates or overwrites a file (and its parent directories), atomically and race-free. */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
 import { resolveInWorkspace } from '../core/paths.ts'
 import { defineBuiltin } from './define.ts'
-import { fsError, writeAtomically } from './fs-helpers.ts'
+import { writeContained } from './fs-helpers.ts'
 
 export const writeFileTool = defineBuiltin({
   name: 'write_file',
@@ -15,17 +13,9 @@ export const writeFileTool = defineBuiltin({
     content: Type.String({ description: 'Content to write to the file' }),
   }),
   async execute (args, ctx) {
-    const { absolute, exists } = await resolveInWorkspace(ctx.workspaceDir, args.path)
+    const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'path names the workspace itself, not a file')
-    try {
-      if (exists && (await stat(absolute)).isDirectory()) throw new ToolError('InvalidArgs', `${args.path} is a directory`)
-      await mkdir(path.dirname(absolute), { recursive: true })
-      // Parents were created after the check: make sure no link slipped in meanwhile.
-      await resolveInWorkspace(ctx.workspaceDir, args.path)
-      await writeAtomically(absolute, args.content)
-    } catch (error) {
-      throw fsError(error, args.path)
-    }
+    await writeContained(ctx.workspaceDir, absolute, args.path, args.content, { createParents: true })
     return { message: `Successfully wrote ${Buffer.byteLength(args.content)} bytes to ${args.path}` }
   },
 })

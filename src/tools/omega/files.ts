@@ -3,13 +3,11 @@
  * three are confined to the workspace by the same containment function as
  * the clawft file tools.
  */
-import { mkdir } from 'node:fs/promises'
-import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../../errors.ts'
 import { resolveInWorkspace } from '../../core/paths.ts'
 import { defineBuiltin } from '../define.ts'
-import { existingPath, fsError, openContained, readPrefix, serialised, writeAtomically } from '../fs-helpers.ts'
+import { existingPath, openContained, readPrefix, serialised, writeContained } from '../fs-helpers.ts'
 import { MAX_EDIT_BYTES } from '../edit-file.ts'
 import { truncateOutput } from './truncate-output.ts'
 
@@ -43,13 +41,7 @@ export const writeTool = defineBuiltin({
     const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.file_path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'file_path names the workspace itself')
     const bytes = Buffer.byteLength(args.content)
-    try {
-      await mkdir(path.dirname(absolute), { recursive: true })
-      await resolveInWorkspace(ctx.workspaceDir, args.file_path)
-      await writeAtomically(absolute, args.content)
-    } catch (error) {
-      throw fsError(error, args.file_path)
-    }
+    await writeContained(ctx.workspaceDir, absolute, args.file_path, args.content, { createParents: true })
     return { content: `Wrote ${bytes} bytes to ${args.file_path}`, bytes }
   },
 })
@@ -77,8 +69,7 @@ export const editTool = defineBuiltin({
       const occurrences = text.split(args.old_string).length - 1
       if (occurrences === 0) throw new ToolError('InvalidArgs', `old_string not found in ${args.file_path}`)
       const at = text.indexOf(args.old_string)
-      await writeAtomically(absolute, text.slice(0, at) + args.new_string + text.slice(at + args.old_string.length))
-        .catch((error: unknown) => { throw fsError(error, args.file_path) })
+      await writeContained(ctx.workspaceDir, absolute, args.file_path, text.slice(0, at) + args.new_string + text.slice(at + args.old_string.length))
       return { content: `Edited ${args.file_path}: replaced the first of ${occurrences} occurrence(s)`, occurrences }
     })
   },
