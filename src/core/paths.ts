@@ -61,6 +61,9 @@ export async function resolveInWorkspace (workspaceDir: string, userPath: string
     } catch (error) {
       if (error instanceof ToolError) throw error
       const code = (error as NodeJS.ErrnoException).code
+      if (code === 'ENAMETOOLONG') refuse(userPath.slice(0, 64) + '…', 'has a name longer than the filesystem allows')
+      if (code === 'ELOOP') refuse(userPath, 'has too many levels of symbolic links')
+      if (code === 'EACCES' || code === 'EPERM') throw new ToolError('PermissionDenied', `${JSON.stringify(userPath)}: permission denied`)
       if (code !== 'ENOENT' && code !== 'ENOTDIR') throw error
       await refuseDanglingLink(existing, userPath)
       missing.push(path.basename(existing))

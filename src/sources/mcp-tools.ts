@@ -1,38 +1,54 @@
 /**
  * The tools of an upstream MCP server, wrapped for the registry as
  * `{server}__{tool}`, and the translation of its answers and failures into
- * results and ToolErrors.
+ * tool values and ToolErrors.
  */
-import { McpError } from '@modelcontextprotocol/sdk/types.js'
+import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
-import type { AnyTool, ToolContext } from '../core/tool.ts'
+import type { AnyTool, JsonSchema, ToolContext } from '../core/tool.ts'
 import { ToolError } from '../errors.ts'
 
+/** The most of an upstream error text that goes into a ToolError message. */
 export const ERROR_TEXT_BYTES = 4096
 
-/** Calls a tool on the current connection (or throws when there is none). */
+const EMPTY_SCHEMA: JsonSchema = { type: 'object', properties: {} }
+
+/** Calls a tool (by its upstream name) on the server's current connection. */
 export type CallUpstream = (name: string, args: Record<string, unknown>, ctx: ToolContext) => Promise<CallToolResult>
 
+/** The registry tools of one server: `{server}__{tool}`, all calling through `call`. */
 export function wrapTools (server: string, tools: McpTool[], internal: boolean, call: CallUpstream): AnyTool[] {
   return tools.map((tool) => ({
     name: `${server}__${tool.name}`,
     description: tool.description ?? '',
-    parameters: (tool.inputSchema as Record<string, unknown> | undefined) ?? { type: 'object', properties: {} },
+    parameters: tool.inputSchema ?? EMPTY_SCHEMA,
     source: 'mcp' as const,
     internal,
-    async execute (args: Record<string, unknown>, ctx: ToolContext) {
-      return resultOf(await call(tool.name, args, ctx))
+    async execute (args: Record<string, unknown> | undefined, ctx: ToolContext) {
+      return resultOf(await call(tool.name, args ?? {}, ctx))
     },
   }))
 }
 
-/** The text of a result's content items, joined and capped. */
-export function textOf (result: CallToolResult): string {
-  const text = (result.content ?? []).map((item) => (item.type === 'text' ? item.text : `[${item.type}]`)).join('\n')
-  return Buffer.byteLength(text) > ERROR_TEXT_BYTES ? `${text.slice(0, ERROR_TEXT_BYTES)}…` : text
+/** `text` cut to at most `maxBytes` of UTF-8, on a character boundary. */
+export function capBytes (text: string, maxBytes: number): string {
+  const bytes = Buffer.from(text, 'utf8')
+  if (bytes.length <= maxBytes) return text
+  // A cut inside a multi-byte character decodes to U+FFFD: drop it.
+  return `${bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD$/, '')}…`
 }
 
-/** A CallToolResult as the tool's value: `{content, structuredContent?}`; `isError` → ExecutionFailed. */
+/** The text of a result's content items, joined and capped (other items as `[image]` etc.). */
+export function textOf (result: CallToolResult): string {
+  const parts = (result.content ?? []).map((item) => (item.type === 'text' ? item.text : `[${item.type}]`))
+  return capBytes(parts.join('\n'), ERROR_TEXT_BYTES)
+}
+
+/**
+ * A CallToolResult as the tool's value: `{content, structuredContent?}`
+ * (`_meta` and `isError` are protocol details); `isError` → ExecutionFailed
+ * with the server's text.
+ */
 export function resultOf (result: CallToolResult): unknown {
   if (result.isError === true) throw new ToolError('ExecutionFailed', textOf(result) || 'the MCP tool reported an error')
   const value: Record<string, unknown> = { content: result.content ?? [] }
@@ -40,16 +56,36 @@ export function resultOf (result: CallToolResult): unknown {
   return value
 }
 
-/** A failed MCP request as a ToolError. */
-export function errorOf (error: unknown, server: string, signal: AbortSignal): ToolError {
+/** The server's own words of an McpError, without the SDK's `MCP error -32602: ` prefix. */
+function mcpMessage (error: McpError): string {
+  return capBytes(error.message.replace(/^MCP error -?\d+: /, ''), ERROR_TEXT_BYTES)
+}
+
+/** The first line of any error's message (never a stack). */
+export function shortMessage (error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error)
+  return capBytes(message.split('\n')[0] ?? '', 500)
+}
+
+/**
+ * A failed MCP request as a ToolError. `signal` is checked first: the SDK
+ * reports an abort as a RequestTimeout, which must not read as a timeout.
+ */
+export function errorOf (error: unknown, server: string, signal: AbortSignal, timeoutMs: number): ToolError {
   if (error instanceof ToolError) return error
   if (signal.aborted) return new ToolError('ExecutionFailed', 'cancelled')
   if (error instanceof McpError) {
-    if (error.code === -32001) return new ToolError('Timeout', `MCP server ${server} did not answer in time`)
-    if (error.code === -32602 || error.code === -32601) return new ToolError('InvalidArgs', error.message)
-    if (error.code === -32000) return new ToolError('ExecutionFailed', `MCP server ${server} closed the connection`)
-    return new ToolError('ExecutionFailed', `MCP server ${server}: ${error.message}`)
+    switch (error.code) {
+      case ErrorCode.RequestTimeout:
+        return new ToolError('Timeout', `MCP server ${server} did not answer within ${timeoutMs} ms`)
+      case ErrorCode.InvalidParams:
+      case ErrorCode.MethodNotFound:
+        return new ToolError('InvalidArgs', mcpMessage(error))
+      case ErrorCode.ConnectionClosed:
+        return new ToolError('ExecutionFailed', `MCP server ${server} closed the connection`)
+      default:
+        return new ToolError('ExecutionFailed', `MCP server ${server}: ${mcpMessage(error)}`)
+    }
   }
-  const message = error instanceof Error ? error.message.split('\n')[0] : String(error)
-  return new ToolError('ExecutionFailed', `MCP server ${server}: ${message}`)
+  return new ToolError('ExecutionFailed', `MCP server ${server}: ${shortMessage(error)}`)
 }
