@@ -38,6 +38,10 @@ export const ConfigSchema = Type.Object({
     port: int(0, 8080, 65535),
     body_limit_bytes: int(1024, 10 * 1024 * 1024),
     drain_timeout_ms: int(0, 10_000),
+    /** How long a client may take to send its whole request (headers and body). */
+    request_timeout_ms: int(100, 60_000),
+    /** The largest request line plus headers accepted; a longer URL is refused too. */
+    max_header_bytes: int(1024, 16 * 1024),
   }),
   workspaces: section({
     root: Type.String({ default: path.join(os.tmpdir(), 'toolport-workspaces') }),
@@ -45,6 +49,15 @@ export const ConfigSchema = Type.Object({
     sweep_interval_seconds: int(1, 60),
     max_archive_entries: int(1, 10_000),
     max_archive_bytes: int(1, 512 * 1024 * 1024),
+    /** Persistent workspaces one tenant may hold. */
+    max_per_tenant: int(1, 1000),
+    /** Bytes of files one workspace may hold (checked before file-tool writes and archive uploads). */
+    max_bytes: int(1024, 1024 * 1024 * 1024),
+    /** Per-tenant overrides of the two quotas above. */
+    tenant_quotas: Type.Record(Type.String(), Type.Object({
+      max_workspaces: Type.Optional(Type.Integer({ minimum: 1 })),
+      max_workspace_bytes: Type.Optional(Type.Integer({ minimum: 1024 })),
+    }, strict), { default: {} }),
   }),
   limits: section({
     max_concurrent: int(1, 16),

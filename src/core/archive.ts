@@ -14,7 +14,9 @@ import { pipeline } from 'node:stream/promises'
 import * as tar from 'tar'
 import { ToolError } from '../errors.ts'
 import { openContainedDirectory, splitInWorkspace } from './contained-fs.ts'
+import { directorySize } from './directory-size.ts'
 import { isInside, resolveInWorkspace } from './paths.ts'
+import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
 
 export interface ArchiveLimits {
   maxEntries: number
@@ -44,14 +46,19 @@ function refusal (entry: tar.ReadEntry | tar.Header, stagingDir: string): string
   return null
 }
 
-/** Extracts a .tar.gz held in `archive` into `workspaceDir` (canonical). */
-export async function extractArchive (archive: Buffer, workspaceDir: string, limits: ArchiveLimits): Promise<ExtractReport> {
+/**
+ * Extracts a .tar.gz held in `archive` into `workspaceDir` (canonical). The
+ * workspace's byte quota is asked for the whole unpacked size before anything
+ * moves in (files the archive replaces are not credited: a conservative check).
+ */
+export async function extractArchive (archive: Buffer, workspaceDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED): Promise<ExtractReport> {
   if (archive.length < 2 || archive[0] !== 0x1f || archive[1] !== 0x8b) throw new ToolError('BadRequest', 'the body is not a gzip-compressed tar archive')
   const staging = path.join(path.dirname(workspaceDir), `.staging-${randomUUID()}`)
   await mkdir(staging)
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [] }
   try {
     await unpackInto(archive, staging, limits, report)
+    await quota.ensureRoom((await directorySize(staging)).bytes)
     await moveInto(staging, workspaceDir, '', report)
     return report
   } finally {

@@ -12,6 +12,7 @@ import type { Metrics } from './metrics.ts'
 import type { ToolRegistry } from './registry.ts'
 import type { AnyTool } from './tool.ts'
 import { truncateResult } from './truncate.ts'
+import { type TenantQuota, workspaceQuota } from './quotas.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from './workspace-scope.ts'
 
@@ -24,6 +25,8 @@ export interface ExecutionServices {
   maxResultBytes: number
   /** Fires when the drain timeout of a shutdown has run out: running calls are cancelled. */
   killSignal: AbortSignal
+  /** The quotas of a tenant (workspace bytes are checked by the file tools before they write). */
+  quotaOf: (tenant: string) => TenantQuota
 }
 
 /** Who is calling, and from where. */
@@ -109,6 +112,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           log: caller.log,
           requestId: caller.requestId,
           tenant: caller.tenant,
+          quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
         })
         const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
         outcome = { ok: true, tool: toolName, result: value, truncated, durationMs: 0, workspace: workspaceId }

@@ -13,6 +13,7 @@ import { builtinTools, messageTools } from '../tools/index.ts'
 import type { ExecutionServices } from './execute.ts'
 import { Limiter } from './limiter.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { quotaResolver, type TenantQuota } from './quotas.ts'
 import { ToolRegistry } from './registry.ts'
 import { WorkspaceStore } from './workspaces.ts'
 
@@ -35,6 +36,7 @@ export class Runtime implements ExecutionServices {
   readonly metrics: Metrics
   readonly workspaces: WorkspaceStore
   readonly maxResultBytes: number
+  readonly quotaOf: (tenant: string) => TenantQuota
   readonly mcpServers = new Map<string, McpClientSource>()
   readiness: Readiness = 'starting'
   /** HTTP requests being answered (the MCP event streams excepted): a drain waits for them. */
@@ -50,6 +52,7 @@ export class Runtime implements ExecutionServices {
     this.log = log
     this.#options = options
     this.maxResultBytes = config.limits.max_result_bytes
+    this.quotaOf = quotaResolver(config.workspaces)
     this.limiter = new Limiter({
       name: 'service',
       maxConcurrent: config.limits.max_concurrent,
@@ -62,6 +65,7 @@ export class Runtime implements ExecutionServices {
       ttlSeconds: config.workspaces.ttl_seconds,
       sweepIntervalSeconds: config.workspaces.sweep_interval_seconds,
       log,
+      maxWorkspacesOf: (tenant) => this.quotaOf(tenant).maxWorkspaces,
     })
   }
 
@@ -131,10 +135,18 @@ export class Runtime implements ExecutionServices {
     while ((this.limiter.inFlight > 0 || this.activeRequests > 0) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25))
   }
 
-  /** Ends everything: running calls are cancelled (their processes killed), sources closed. */
-  async close (): Promise<void> {
+  /**
+   * Cancels the running calls (their processes are killed): each still answers
+   * (with an error) and removes its workspace, which a later `drain` waits for.
+   */
+  cancelRunning (): void {
     this.beginDrain()
     this.#kill.abort()
+  }
+
+  /** Ends everything: running calls are cancelled (their processes killed), sources closed. */
+  async close (): Promise<void> {
+    this.cancelRunning()
     this.#executables?.close()
     await Promise.allSettled([...this.mcpServers.values()].map((source) => source.close()))
     await this.#closeMessages()

@@ -4,6 +4,7 @@
  */
 import type { Logger } from 'pino'
 import type { Limiter } from './limiter.ts'
+import type { WorkspaceQuota } from './quotas.ts'
 
 export type JsonSchema = Record<string, unknown>
 
@@ -23,6 +24,8 @@ export interface ToolContext {
   log: Logger
   requestId: string
   tenant: string
+  /** The workspace's byte quota: writes ask it first. Absent means unlimited (direct calls in tests). */
+  quota?: WorkspaceQuota
 }
 
 export interface Tool<Args = Record<string, unknown>> {

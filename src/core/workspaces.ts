@@ -45,6 +45,8 @@ export interface WorkspaceStoreOptions {
   ttlSeconds: number
   sweepIntervalSeconds: number
   log: Logger
+  /** How many persistent workspaces a tenant may hold (unlimited when absent). */
+  maxWorkspacesOf?: (tenant: string) => number
 }
 
 interface Entry extends WorkspaceRecord {
@@ -167,7 +169,18 @@ export class WorkspaceStore {
     return removed
   }
 
+  /** How many persistent workspaces `tenant` holds. */
+  countOf (tenant: string): number {
+    let count = 0
+    for (const entry of this.#entries.values()) if (entry.tenant === tenant) count++
+    return count
+  }
+
   async #materialise (tenant: string, id: string, ttlSeconds: number): Promise<Entry> {
+    const limit = this.#options.maxWorkspacesOf?.(tenant) ?? Infinity
+    if (this.countOf(tenant) >= limit) {
+      throw new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
+    }
     const now = Date.now()
     const dir = path.join(this.#tenantDir(tenant), 'ws', directoryNameOf(id))
     const entry: Entry = { tenant, id, dir, createdAt: now, expiresAt: now + ttlSeconds * 1000, ttlSeconds, users: 0, savedExpiresAt: 0 }

@@ -3,6 +3,7 @@ import { type Static, Type } from '@sinclair/typebox'
 import type { FastifyInstance } from 'fastify'
 import { extractArchive, packWorkspace } from '../core/archive.ts'
 import type { Runtime } from '../core/runtime.ts'
+import { workspaceQuota } from '../core/quotas.ts'
 import { describeWorkspace } from '../core/workspaces.ts'
 import { problems } from './schemas.ts'
 
@@ -30,7 +31,7 @@ export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
   app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
 
   app.post<{ Body: Static<typeof CreateBody> | undefined }>('/v1/workspaces', {
-    schema: { summary: 'Create a persistent workspace', tags: ['workspaces'], body: CreateBody, response: { 201: Created, ...problems(400, 401, 409) } },
+    schema: { summary: 'Create a persistent workspace', tags: ['workspaces'], body: CreateBody, response: { 201: Created, ...problems(400, 401, 403, 409) } },
   }, async (request, reply) => {
     const record = await store.create(request.principal.tenant, { id: request.body?.id, ttlSeconds: request.body?.ttl_seconds })
     return reply.code(201).header('location', `/v1/workspaces/${encodeURIComponent(record.id)}`).send(describeWorkspace(record))
@@ -52,14 +53,15 @@ export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
       summary: 'Upload a .tar.gz into the workspace (created on first use); hostile entries are skipped and listed',
       tags: ['workspaces'],
       params: IdParams,
-      response: { 200: ExtractReply, ...problems(400, 401, 404, 413) },
+      response: { 200: ExtractReply, ...problems(400, 401, 403, 404, 413) },
     },
   }, async (request) => {
     const lease = await store.acquire(request.principal.tenant, request.params.id)
     try {
       const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0)
       const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes }
-      return { id: request.params.id, ...await extractArchive(body, lease.dir, limits) }
+      const quota = workspaceQuota(lease.dir, runtime.quotaOf(request.principal.tenant).maxWorkspaceBytes)
+      return { id: request.params.id, ...await extractArchive(body, lease.dir, limits, quota) }
     } finally {
       await lease.release()
     }

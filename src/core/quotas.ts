@@ -1,0 +1,61 @@
+/**
+ * Per-tenant quotas: how many persistent workspaces a tenant may hold, and
+ * how many bytes one workspace may hold. Limits come from `workspaces`
+ * (the defaults every tenant gets) and `workspaces.tenant_quotas.<tenant>`
+ * (overrides for one tenant).
+ *
+ * The byte quota is checked before a write lands (file tools, memory,
+ * archive uploads), so a write that would go over is refused whole and
+ * nothing is half-written. Processes (exec_shell, spawn, bash, executables)
+ * are bounded per file by the sandbox's file-size limit instead: a running
+ * command cannot be asked first.
+ */
+import type { Config } from '../config.ts'
+import { ToolError } from '../errors.ts'
+import { directorySize } from './directory-size.ts'
+
+export interface TenantQuota {
+  /** Persistent workspaces the tenant may hold at once. */
+  maxWorkspaces: number
+  /** Bytes of regular files one workspace may hold. */
+  maxWorkspaceBytes: number
+}
+
+/** The quota of each tenant: the configured defaults, with per-tenant overrides. */
+export function quotaResolver (workspaces: Config['workspaces']): (tenant: string) => TenantQuota {
+  return (tenant) => {
+    const override = workspaces.tenant_quotas[tenant]
+    return {
+      maxWorkspaces: override?.max_workspaces ?? workspaces.max_per_tenant,
+      maxWorkspaceBytes: override?.max_workspace_bytes ?? workspaces.max_bytes,
+    }
+  }
+}
+
+/** A running call's view of its workspace's byte quota. */
+export interface WorkspaceQuota {
+  /**
+   * Throws PayloadTooLarge when growing the workspace by `addedBytes` (the
+   * new size minus what it replaces; may be negative) would exceed the quota.
+   */
+  ensureRoom: (addedBytes: number) => Promise<void>
+}
+
+/** The byte quota of the workspace at `dir`. */
+export function workspaceQuota (dir: string, maxBytes: number): WorkspaceQuota {
+  return {
+    async ensureRoom (addedBytes) {
+      if (addedBytes <= 0) return
+      if (addedBytes > maxBytes) throw overQuota(addedBytes, maxBytes)
+      const { bytes } = await directorySize(dir)
+      if (bytes + addedBytes > maxBytes) throw overQuota(bytes + addedBytes, maxBytes)
+    },
+  }
+}
+
+function overQuota (wouldBe: number, maxBytes: number): ToolError {
+  return new ToolError('PayloadTooLarge', `the write would bring the workspace to ${wouldBe} bytes, over its quota of ${maxBytes} bytes; nothing was written`)
+}
+
+/** A quota that never refuses (tools called outside the execution path). */
+export const UNLIMITED: WorkspaceQuota = { ensureRoom: async () => {} }
