@@ -11,6 +11,7 @@ import { type Logger, pino } from 'pino'
 import type { Config } from './config.ts'
 import { Runtime } from './core/runtime.ts'
 import { installAuth } from './http/auth.ts'
+import { answerClientError } from './http/client-errors.ts'
 import { healthRoutes } from './http/health.ts'
 import { mcpRoutes } from './http/mcp.ts'
 import { installProblemHandlers } from './http/problem.ts'
@@ -47,8 +48,16 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     loggerInstance: (options.logger ?? pino({ level: 'silent' })) as FastifyBaseLogger,
     bodyLimit: config.server.body_limit_bytes,
     // A client has this long to send its whole request (slow-loris); answers may take as long as calls do.
-    requestTimeout: 60_000,
-    http: { maxHeaderSize: 16 * 1024 },
+    requestTimeout: config.server.request_timeout_ms,
+    http: {
+      maxHeaderSize: config.server.max_header_bytes,
+      // Given at creation too: Node arms its request-timeout checks only from the constructor's options.
+      requestTimeout: config.server.request_timeout_ms,
+      headersTimeout: Math.min(60_000, config.server.request_timeout_ms),
+      // Node looks for overdue requests on this interval (30 s by default, longer than a short timeout).
+      connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(config.server.request_timeout_ms / 4))),
+    },
+    clientErrorHandler: answerClientError,
     // Workspace ids may be 256 bytes, percent-encoded up to three times that.
     routerOptions: { maxParamLength: 1024 },
     genReqId: (request) => requestIdOf(request.headers['x-request-id']),
