@@ -10,6 +10,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { execute } from '../core/execute.ts'
+import type { NameMatcher } from '../core/globs.ts'
 import type { Runtime } from '../core/runtime.ts'
 import { WorkspaceScope } from '../core/workspace-scope.ts'
 import { catalogEntry } from '../formats/catalog.ts'
@@ -51,10 +52,13 @@ export class McpSessions {
     return session
   }
 
-  /** A new session (its id is assigned when the initialize request is handled). */
-  async open (principal: Principal): Promise<StreamableHTTPServerTransport> {
+  /**
+   * A new session (its id is assigned when the initialize request is
+   * handled); `allowed` filters its catalog as REST's `allowed` does.
+   */
+  async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
     const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant)
-    const server = this.#server(principal, workspace)
+    const server = this.#server(principal, workspace, allowed)
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
@@ -76,10 +80,10 @@ export class McpSessions {
     await Promise.allSettled([...this.#sessions.values()].map((session) => session.transport.close()))
   }
 
-  #server (principal: Principal, workspace: WorkspaceScope): Server {
+  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined): Server {
     const server = new Server({ name: 'toolport', version: VERSION }, { capabilities: { tools: { listChanged: false } } })
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
-      tools: this.#runtime.registry.list({ scope: principal.scope }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
+      tools: this.#runtime.registry.list({ scope: principal.scope, allowed }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
     }))
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       const caller = {

@@ -6,6 +6,8 @@
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
+import { globMatcher, parseGlobList } from '../core/globs.ts'
+import type { NameMatcher } from '../core/globs.ts'
 import type { Runtime } from '../core/runtime.ts'
 import { ToolError } from '../errors.ts'
 import { McpSessions } from './mcp-sessions.ts'
@@ -15,6 +17,15 @@ const SESSION_HEADER = 'mcp-session-id'
 function sessionIdOf (request: FastifyRequest): string | undefined {
   const header = request.headers[SESSION_HEADER]
   return typeof header === 'string' ? header : undefined
+}
+
+/**
+ * `?allowed=GLOB,GLOB` on the initialize request: the session's catalog is
+ * filtered as REST's `allowed` filters it (the way to see internal_only MCP tools).
+ */
+function allowedOf (request: FastifyRequest): NameMatcher | undefined {
+  const { allowed } = request.query as { allowed?: unknown }
+  return typeof allowed === 'string' ? globMatcher(parseGlobList(allowed)) : undefined
 }
 
 export function mcpRoutes (app: FastifyInstance, runtime: Runtime): void {
@@ -39,7 +50,7 @@ export function mcpRoutes (app: FastifyInstance, runtime: Runtime): void {
     if (id === undefined) {
       if (!isInitializeRequest(request.body)) throw new ToolError('BadRequest', 'the first MCP request of a session must be initialize')
       if (runtime.readiness === 'draining') throw new ToolError('Overloaded', 'the service is shutting down')
-      return forward(request, reply, await sessions.open(request.principal))
+      return forward(request, reply, await sessions.open(request.principal, allowedOf(request)))
     }
     return forward(request, reply, existing(request).transport)
   })

@@ -24,6 +24,8 @@ export interface ExecutableSourceOptions {
   runner: ProcessRunner
   log: Logger
   onChange: (tools: AnyTool[]) => void
+  /** How long `--describe` may take (DESCRIBE_TIMEOUT_MS by default). */
+  describeTimeoutMs?: number
 }
 
 interface Known {
@@ -96,20 +98,29 @@ export class ExecutableSource {
         return [] as string[]
       })
       for (const name of names.sort()) {
+        // Dotfiles (.gitkeep, editor swap files) are not candidates, and not worth a warning.
+        if (name.startsWith('.')) continue
         const file = path.join(dir, name)
         const info = await stat(file).catch(() => null)
-        if (!info?.isFile() || !isExecutable(info.mode)) continue
+        if (!info?.isFile()) continue
         seen.add(file)
+        // ctime is in it: a chmod +x makes a skipped file a candidate again.
         const fingerprint = `${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}`
         if (this.#known.get(file)?.fingerprint === fingerprint) continue
-        this.#known.set(file, { fingerprint, tool: await this.#describe(file) })
+        this.#known.set(file, { fingerprint, tool: isExecutable(info.mode) ? await this.#describe(file) : this.#skip(file, 'the file is not executable') })
       }
     }
     for (const file of this.#known.keys()) if (!seen.has(file)) this.#known.delete(file)
     this.#publish()
   }
 
+  #skip (file: string, reason: string): null {
+    this.#options.log.warn({ file, reason }, 'skipping an executable that does not describe itself')
+    return null
+  }
+
   async #describe (file: string): Promise<AnyTool | null> {
+    const timeoutMs = this.#options.describeTimeoutMs ?? DESCRIBE_TIMEOUT_MS
     const scratch = await realpath(await mkdtemp(path.join(os.tmpdir(), 'toolport-describe-')))
     try {
       const run = await this.#options.runner.run({
@@ -117,19 +128,16 @@ export class ExecutableSource {
         args: ['--describe'],
         cwd: scratch,
         env: this.#options.stub ? { SHELLCLAW_STUB: '1' } : {},
-        timeoutMs: DESCRIBE_TIMEOUT_MS,
+        timeoutMs,
         signal: new AbortController().signal,
         maxOutputBytes: 1024 * 1024,
         readOnlyPaths: [path.dirname(file)],
       })
       const problem = run.timedOut
-        ? `--describe took longer than ${DESCRIBE_TIMEOUT_MS / 1000} s`
+        ? `--describe took longer than ${timeoutMs} ms`
         : run.exitCode !== 0 ? `--describe exited with code ${run.exitCode}${run.stderr.trim() ? `: ${run.stderr.trim().slice(0, 200)}` : ''}` : null
       const description = problem ?? parseDescription(run.stdout)
-      if (typeof description === 'string') {
-        this.#options.log.warn({ file, reason: description }, 'skipping an executable that does not describe itself')
-        return null
-      }
+      if (typeof description === 'string') return this.#skip(file, description)
       return executableTool(file, description, this.#options)
     } finally {
       await rm(scratch, { recursive: true, force: true })

@@ -1,0 +1,178 @@
+/** Self-describing executables (shellclaw): discovery, calls, stub mode and live changes, with real files and processes. */
+import { readFile, rm } from 'node:fs/promises'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { parseConfig } from '../../src/config.ts'
+import { createRunner } from '../../src/sandbox/index.ts'
+import { ExecutableSource } from '../../src/sources/executables.ts'
+import type { AnyTool } from '../../src/core/tool.ts'
+import { buildTestApp, exec, onCleanup, tempDir } from '../helper.ts'
+import { expectProblem } from '../support/problem.ts'
+import { capturingLogger, describeJson, eventually, isAlive, placeTool, shTool, toolsDir } from './helpers.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+function appWith (dir: string, tools: Record<string, unknown> = {}, mode = 'none'): Promise<App> {
+  return buildTestApp({ tools: { dirs: [dir], stub: true, executable_timeout_seconds: 1, ...tools }, sandbox: { mode } })
+}
+
+async function catalogNames (app: App): Promise<string[]> {
+  const response = await app.inject({ method: 'GET', url: '/v1/tools' })
+  return response.json().tools.filter((t: { source: string }) => t.source === 'executable').map((t: { name: string }) => t.name)
+}
+
+describe('executable tool discovery', () => {
+  it('catalogs the tools that describe themselves and skips the rest with one warning each, naming file and reason', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'greet.sh', shTool(describeJson('greet', 'Say hello', { who: { type: 'string' } }), 'echo hello'))
+    await placeTool(dir, 'not-json', shTool('this is not json', 'true'))
+    await placeTool(dir, 'exits', '#!/bin/sh\necho "cannot describe: missing dependency" >&2\nexit 3\n')
+    await placeTool(dir, 'no-params', shTool(JSON.stringify({ name: 'np', description: 'x' }), 'true'))
+    await placeTool(dir, 'slow', '#!/bin/sh\nsleep 10\n')
+    await placeTool(dir, 'plain.txt', shTool(describeJson('plain'), 'true'), 0o644)
+    await placeTool(dir, '.hidden', shTool(describeJson('hidden'), 'true'))
+    const { log, lines } = capturingLogger()
+    const runner = await createRunner(parseConfig({ sandbox: { mode: 'none' } }).sandbox, { log })
+    let published: AnyTool[] = []
+    const source = new ExecutableSource({ dirs: [dir], stub: false, timeoutSeconds: 1, runner, log, describeTimeoutMs: 500, onChange: (tools) => { published = tools } })
+    onCleanup(async () => source.close())
+    await source.start()
+    await source.rescan()
+    await source.rescan()
+
+    expect(published.map((t) => [t.name, t.source, t.description])).toEqual([['greet', 'executable', 'Say hello']])
+    expect(published[0]?.parameters).toEqual({ type: 'object', properties: { who: { type: 'string' } } })
+    const reasons = Object.fromEntries(lines.map((line) => [path.basename(String(line['file'])), String(line['reason'])]))
+    expect(reasons).toEqual({
+      'not-json': '--describe did not print valid JSON',
+      exits: '--describe exited with code 3: cannot describe: missing dependency',
+      'no-params': 'parameters must be a JSON Schema object',
+      slow: '--describe took longer than 500 ms',
+      'plain.txt': 'the file is not executable',
+    })
+    // One warning per file, although the directory was scanned three times.
+    expect(lines).toHaveLength(5)
+    expect(lines.every((line) => line.level === 40 && String(line['file']).startsWith(dir))).toBe(true)
+  })
+
+  it('joins the service catalog with source "executable"; only catalogued names run', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'greet.sh', shTool(describeJson('greet'), 'echo hello'))
+    await placeTool(dir, 'broken', '#!/bin/sh\nexit 1\n')
+    const app = await appWith(dir)
+    const entry = await app.inject({ method: 'GET', url: '/v1/tools/greet' })
+    expect(entry.json()).toEqual({ name: 'greet', description: 'the greet tool', parameters: { type: 'object', properties: {} }, source: 'executable' })
+    expect((await exec(app, 'greet', {})).body.result).toBe('hello\n')
+    // Default-deny: the file's name, a path to it, a skipped file and a system binary are not tools.
+    for (const name of ['greet.sh', path.join(dir, 'greet.sh'), 'broken', '/bin/sh', '../tools/greet.sh', 'GREET']) {
+      expectProblem(await exec(app, name, {}), 404, 'NotFound', name)
+    }
+  })
+})
+
+describe('executable tool calls', () => {
+  it('passes the arguments as exactly one argv element ($1) and runs in the workspace', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'argv', shTool(describeJson('argv', 'x', { text: { type: 'string' } }),
+      'printf "%s" "$1" > arg.json\npwd > cwd.txt\nprintf \'{"argc": %s}\' "$#"'))
+    const app = await appWith(dir)
+    const args = { text: 'two words; $(touch pwned) `id` \'q\' "d" * \n' }
+    const answer = await exec(app, 'argv', args, { workspace: 'w1' })
+    expect(answer.status).toBe(200)
+    expect(answer.body.result).toEqual({ argc: 1 })
+    expect((await exec(app, 'read_file', { path: 'arg.json' }, { workspace: 'w1' })).body.result.content).toBe(JSON.stringify(args))
+    const cwd = (await exec(app, 'read_file', { path: 'cwd.txt' }, { workspace: 'w1' })).body.result.content.trim()
+    expect(cwd.startsWith(app.runtime.workspaces.root)).toBe(true)
+    expect(path.basename(cwd)).toBe('w1')
+    expectProblem(await exec(app, 'read_file', { path: 'pwned' }, { workspace: 'w1' }), 404, 'FileNotFound')
+  })
+
+  it('parses JSON stdout and keeps any other stdout as a string', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'json', shTool(describeJson('json_out'), 'echo \'{"a": [1, 2], "b": null}\''))
+    await placeTool(dir, 'text', shTool(describeJson('text_out'), 'printf "line one\\n{not json"'))
+    const app = await appWith(dir)
+    expect((await exec(app, 'json_out', {})).body.result).toEqual({ a: [1, 2], b: null })
+    expect((await exec(app, 'text_out', {})).body.result).toBe('line one\n{not json')
+  })
+
+  it('answers a non-zero exit with 500 ExecutionFailed carrying stderr, capped', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'fails', shTool(describeJson('fails'), 'echo "partial output"\necho "the widget is jammed" >&2\nexit 3'))
+    await placeTool(dir, 'noisy', shTool(describeJson('noisy'), 'head -c 100000 /dev/zero | tr "\\0" "e" >&2\nexit 1'))
+    const app = await appWith(dir)
+    const failed = expectProblem(await exec(app, 'fails', {}), 500, 'ExecutionFailed', 'fails')
+    expect(failed['detail']).toBe('fails exited with code 3: the widget is jammed')
+    expect(failed).toMatchObject({ exit_code: 3, stderr: 'the widget is jammed\n' })
+    const noisy = expectProblem(await exec(app, 'noisy', {}), 500, 'ExecutionFailed', 'noisy')
+    expect(Buffer.byteLength(String(noisy['stderr']))).toBeLessThanOrEqual(4100)
+    expect(String(noisy['stderr'])).toMatch(/^e{4000,}/)
+  })
+
+  it('answers a call that outlives the timeout with 504 Timeout and kills it', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'sleepy', shTool(describeJson('sleepy'), 'echo $$ > pid\nexec sleep 30'))
+    const app = await appWith(dir)
+    const body = expectProblem(await exec(app, 'sleepy', {}, { workspace: 'slow' }), 504, 'Timeout', 'sleepy')
+    expect(body['detail']).toMatch(/timed out after 1s/)
+    const pid = Number((await exec(app, 'read_file', { path: 'pid' }, { workspace: 'slow' })).body.result.content)
+    expect(pid).toBeGreaterThan(1)
+    expect(await eventually(() => !isAlive(pid))).toBe(true)
+  })
+
+  it('sets SHELLCLAW_STUB=1 for every executable when tools.stub is true, and only then', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'stub', shTool(describeJson('stub_probe'), '[ -n "$SHELLCLAW_STUB" ] || SHELLCLAW_STUB=unset\nprintf \'{"stub": "%s"}\' "$SHELLCLAW_STUB"'))
+    const stubbed = await appWith(dir, { stub: true })
+    expect((await exec(stubbed, 'stub_probe', {})).body.result).toEqual({ stub: '1' })
+    const live = await appWith(dir, { stub: false })
+    expect((await exec(live, 'stub_probe', {})).body.result).toEqual({ stub: 'unset' })
+  })
+
+  it('runs executables inside bubblewrap when the sandbox is bwrap', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'who', shTool(describeJson('who'), `id -u > uid.txt
+if touch "${dir}/planted" 2>/dev/null; then echo '{"tool_dir_writable": true}'; else echo '{"tool_dir_writable": false}'; fi`))
+    const app = await appWith(dir, {}, 'bwrap')
+    expect(app.runtime.runner.mode).toBe('bwrap')
+    expect((await app.inject({ method: 'GET', url: '/v1/tools/who' })).json().source).toBe('executable')
+    const answer = await exec(app, 'who', {}, { workspace: 'sb' })
+    expect(answer.body.result).toEqual({ tool_dir_writable: false })
+    expect((await exec(app, 'read_file', { path: 'uid.txt' }, { workspace: 'sb' })).body.result.content.trim()).toBe('65534')
+  })
+})
+
+describe('executable tool changes while the service runs', () => {
+  it('sees a tool added, changed and removed within 5 s, without running --describe per request', async () => {
+    const dir = await toolsDir()
+    const counter = path.join(await tempDir('toolport-count-'), 'describes')
+    const tool = (description: string) => `#!/bin/sh
+if [ "$1" = "--describe" ]; then
+  echo describe >> "${counter}"
+  echo '${describeJson('live', description)}'
+  exit 0
+fi
+echo '"${description}"'
+`
+    const describes = async () => (await readFile(counter, 'utf8').catch(() => '')).split('\n').filter(Boolean).length
+    const app = await appWith(dir)
+    expect(await catalogNames(app)).toEqual([])
+
+    await placeTool(dir, 'live', tool('first'))
+    expect(await eventually(async () => (await catalogNames(app)).includes('live'))).toBe(true)
+    for (let i = 0; i < 5; i++) {
+      expect((await exec(app, 'live', {})).body.result).toBe('first')
+      await app.inject({ method: 'GET', url: '/v1/tools' })
+    }
+    expect(await describes()).toBe(1)
+
+    await placeTool(dir, 'live', tool('second'))
+    expect(await eventually(async () => (await app.inject({ method: 'GET', url: '/v1/tools/live' })).json().description === 'second')).toBe(true)
+    expect((await exec(app, 'live', {})).body.result).toBe('second')
+    expect(await describes()).toBe(2)
+
+    await rm(path.join(dir, 'live'))
+    expect(await eventually(async () => !(await catalogNames(app)).includes('live'))).toBe(true)
+    expectProblem(await exec(app, 'live', {}), 404, 'NotFound', 'live')
+  })
+})
