@@ -192,5 +192,18 @@ export async function loadConfigFile (file: string): Promise<Config> {
     const firstLine = String((error as Error).message).split('\n')[0]
     throw new ConfigError(`config: cannot parse ${file}: ${firstLine}`)
   }
-  return parseConfig(raw)
+  return resolvePaths(parseConfig(raw), path.dirname(path.resolve(file)))
+}
+
+/**
+ * Relative paths in a config file are relative to the file's own directory
+ * (as in docker-compose), so the service finds them whatever directory it
+ * was started from.
+ */
+function resolvePaths (config: Config, base: string): Config {
+  const resolve = (p: string) => path.resolve(base, p)
+  config.tools.dirs = config.tools.dirs.map(resolve)
+  config.workspaces.root = resolve(config.workspaces.root)
+  if (config.auth.tokens_file !== undefined) config.auth.tokens_file = resolve(config.auth.tokens_file)
+  return config
 }

@@ -46,6 +46,15 @@ describe('config', () => {
     await expect(loadConfigFile(path.join(dir, 'bad.yaml'))).rejects.toThrow(/cannot parse/)
     await expect(loadConfigFile(path.join(dir, 'missing.yaml'))).rejects.toThrow(/cannot read .*ENOENT/)
   })
+
+  it('resolves relative paths of a file against the file\'s directory', async () => {
+    const dir = await tempDir()
+    await writeFile(path.join(dir, 'c.yaml'), 'tools: { dirs: [tools, /abs/tools] }\nworkspaces: { root: ./ws }\nauth: { tokens_file: secrets/tokens.yaml }\n')
+    const config = await loadConfigFile(path.join(dir, 'c.yaml'))
+    expect(config.tools.dirs).toEqual([path.join(dir, 'tools'), '/abs/tools'])
+    expect(config.workspaces.root).toBe(path.join(dir, 'ws'))
+    expect(config.auth.tokens_file).toBe(path.join(dir, 'secrets', 'tokens.yaml'))
+  })
 })
 
 describe('auth.tokens_file', () => {

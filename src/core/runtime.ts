@@ -3,6 +3,7 @@
  * the process runner and the tool sources, with their start and shutdown.
  * app.ts wraps it in routes; tests may use it directly.
  */
+import path from 'node:path'
 import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
 import { createRunner } from '../sandbox/index.ts'
@@ -156,7 +157,8 @@ export class Runtime implements ExecutionServices {
   async #startExecutables (): Promise<void> {
     if (this.config.tools.dirs.length === 0) return
     this.#executables = new ExecutableSource({
-      dirs: this.config.tools.dirs,
+      // Absolute, so that the sandbox can bind them (a config file's relative dirs are resolved at load).
+      dirs: this.config.tools.dirs.map((dir) => path.resolve(dir)),
       stub: this.config.tools.stub,
       timeoutSeconds: this.config.tools.executable_timeout_seconds,
       runner: this.runner,
