@@ -13,7 +13,8 @@
 import { existsSync, lstatSync } from 'node:fs'
 import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
-import { runToCompletion } from './process.ts'
+import type { PidsCgroups } from './pids-cgroup.ts'
+import { reportsMissingProgram, runToCompletion } from './process.ts'
 import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
 
 export const BWRAP = '/usr/bin/bwrap'
@@ -27,7 +28,12 @@ export interface BwrapOptions {
   prlimit: string | undefined
   /** Directories and files to hide from every process (the workspaces root, the config file). */
   hidePaths: string[]
+  /** Per-run pids cgroups, where they can be made (the process bound that holds for a root service). */
+  pids?: PidsCgroups | undefined
 }
+
+/** bwrap's own processes inside a run's cgroup: the outer monitor and the namespace's init. */
+const BWRAP_PROCESSES = 2
 
 /**
  * Mount arguments that hide a path: tmpfs over a directory, /dev/null over a
@@ -83,9 +89,13 @@ export class BwrapRunner implements ProcessRunner {
   }
 
   async run (options: RunOptions): Promise<RunResult> {
-    const result = await runToCompletion({ file: BWRAP, args: this.argv(options), env: { PATH: SAFE_PATH }, cwd: options.cwd }, options)
-    // bwrap reports a missing program as "execvp X: No such file or directory" with exit 1.
-    if (result.exitCode === 1 && /^bwrap: execvp .*No such file or directory/m.test(result.stderr)) return { ...result, exitCode: 127, notFound: true }
-    return result
+    const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
+    const argv = [...(cgroup?.prefix ?? []), BWRAP, ...this.argv(options)]
+    try {
+      const result = await runToCompletion({ file: argv[0] as string, args: argv.slice(1), env: { PATH: SAFE_PATH }, cwd: options.cwd, killTree: cgroup?.killAll }, options)
+      return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
+    } finally {
+      await cgroup?.release()
+    }
   }
 }

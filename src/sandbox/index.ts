@@ -10,6 +10,7 @@ import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
 import { BwrapRunner } from './bwrap-runner.ts'
 import { findPrlimit, type ResourceLimits } from './limits.ts'
+import { PidsCgroups } from './pids-cgroup.ts'
 import { PlainRunner } from './plain-runner.ts'
 import type { ProcessRunner } from './types.ts'
 
@@ -47,11 +48,14 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   const limits = limitsOf(sandbox)
   const prlimit = findPrlimit()
   if (!prlimit) options.log.warn('prlimit not found: tool processes run without resource limits')
-  if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit)
-  const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [] })
+  const pids = PidsCgroups.detect()
+  // RLIMIT_NPROC does not bind uid 0; only a pids cgroup bounds a root service's tools.
+  if (!pids && process.getuid?.() === 0) options.log.warn('running as root without a writable pids cgroup: sandbox.max_processes is not enforced')
+  if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids)
+  const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], pids })
   const problem = await probe(bwrap)
   if (problem === null) return bwrap
   if (sandbox.mode === 'bwrap') throw new Error(`sandbox.mode is bwrap but bubblewrap does not work here: ${problem}`)
   options.log.warn({ reason: problem }, 'bubblewrap does not work here; tool processes run WITHOUT a sandbox (sandbox.mode auto → none)')
-  return new PlainRunner(limits, prlimit)
+  return new PlainRunner(limits, prlimit, pids)
 }

@@ -12,9 +12,15 @@ export interface Spawn {
   args: string[]
   env: Record<string, string>
   cwd: string
+  /** Kills every process of the run, wherever it went (its cgroup); the process group is always killed. */
+  killTree?: () => void
 }
 
-function killGroup (pid: number | undefined): void {
+/** How long pipes may stay open after a kill before they are closed on our side. */
+const PIPE_GRACE_MS = 1000
+
+function killGroup (pid: number | undefined, killTree: (() => void) | undefined): void {
+  killTree?.()
   if (pid === undefined) return
   try {
     process.kill(-pid, 'SIGKILL')
@@ -45,8 +51,15 @@ export async function runToCompletion (spawn: Spawn, options: RunOptions): Promi
 
   let timedOut = false
   let cancelled = false
-  const timer = setTimeout(() => { timedOut = true; killGroup(child.pid) }, options.timeoutMs)
-  const onAbort = (): void => { cancelled = true; killGroup(child.pid) }
+  // A process that left the group (setsid) and is not in a cgroup survives the kill and may hold
+  // the output pipes open: after a grace period they are closed, so the call still ends.
+  let release: NodeJS.Timeout | undefined
+  const stop = (): void => {
+    killGroup(child.pid, spawn.killTree)
+    release ??= setTimeout(() => { for (const stream of [child.stdout, child.stderr, child.all]) stream?.destroy() }, PIPE_GRACE_MS).unref()
+  }
+  const timer = setTimeout(() => { timedOut = true; stop() }, options.timeoutMs)
+  const onAbort = (): void => { cancelled = true; stop() }
   if (options.signal.aborted) onAbort()
   else options.signal.addEventListener('abort', onAbort, { once: true })
 
@@ -54,8 +67,9 @@ export async function runToCompletion (spawn: Spawn, options: RunOptions): Promi
   clearTimeout(timer)
   options.signal.removeEventListener('abort', onAbort)
   // The direct child is gone; anything it left behind in its group goes too.
-  killGroup(child.pid)
+  killGroup(child.pid, spawn.killTree)
   await Promise.all(draining)
+  clearTimeout(release)
 
   const failedToStart = result.exitCode === undefined && result.signal === undefined
   return {
@@ -72,4 +86,15 @@ export async function runToCompletion (spawn: Spawn, options: RunOptions): Promi
     cancelled,
     notFound: failedToStart && (result as { code?: string }).code === 'ENOENT',
   }
+}
+
+/**
+ * Whether a run failed because its program does not exist, as the wrappers
+ * in front of it report that: bwrap (exit 1), prlimit and the cgroup
+ * launcher's `exec` (exit 127).
+ */
+export function reportsMissingProgram (result: RunResult): boolean {
+  if (result.exitCode === 1) return /^bwrap: execvp .*No such file or directory/m.test(result.stderr)
+  if (result.exitCode !== 127) return false
+  return /^prlimit: failed to execute .*No such file or directory/m.test(result.stderr) || /^\S+: \d+: exec: .*: not found$/m.test(result.stderr)
 }

@@ -27,8 +27,14 @@ export function refusalOf (address: string): string | null {
   // process() turns an IPv4-mapped IPv6 address into the IPv4 address it carries.
   const parsed = ipaddr.process(address)
   const range = parsed.range()
-  return range === 'unicast' ? null : `${address} is a ${range} address`
+  if (range !== 'unicast') return `${address} is a ${range} address`
+  // ::a.b.c.d (IPv4-compatible, deprecated) is no range of ipaddr.js's but must not pass as public.
+  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).parts.slice(0, 6).every((part) => part === 0)) return `${address} is an IPv4-compatible address`
+  return null
 }
+
+/** The address policy: why an address is refused, or null when it may be reached. */
+export type AddressPolicy = (address: string) => string | null
 
 /** The host part of a URL without IPv6 brackets. */
 export function hostOf (url: URL): string {
@@ -39,7 +45,7 @@ export function hostOf (url: URL): string {
  * Resolves and checks the host of `url`; the first permitted address is the
  * one to connect to. PermissionDenied when any address is private.
  */
-export async function vetHost (url: URL, resolve: Resolver = systemResolver): Promise<VettedAddress> {
+export async function vetHost (url: URL, resolve: Resolver = systemResolver, policy: AddressPolicy = refusalOf): Promise<VettedAddress> {
   const host = hostOf(url).toLowerCase().replace(/\.$/, '')
   if (BLOCKED_HOSTNAMES.has(host)) throw new ToolError('PermissionDenied', `${host} is a cloud metadata host`)
   let addresses: Array<{ address: string, family: number }>
@@ -54,7 +60,7 @@ export async function vetHost (url: URL, resolve: Resolver = systemResolver): Pr
   }
   if (addresses.length === 0) throw new ToolError('ExecutionFailed', `cannot resolve ${host}`)
   for (const { address } of addresses) {
-    const refusal = refusalOf(address)
+    const refusal = policy(address)
     if (refusal) throw new ToolError('PermissionDenied', `blocked address: ${host} → ${refusal} (private networks are not allowed)`)
   }
   const first = addresses[0] as { address: string, family: number }

@@ -10,7 +10,7 @@ import type { Config } from '../config.ts'
 import type { ToolContext } from '../core/tool.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from './define.ts'
-import { type Resolver, systemResolver, type VettedAddress, vetHost } from './ssrf.ts'
+import { type AddressPolicy, refusalOf, type Resolver, systemResolver, type VettedAddress, vetHost } from './ssrf.ts'
 
 export const MAX_REDIRECTS = 5
 export const FETCH_TIMEOUT_MS = 30_000
@@ -20,13 +20,22 @@ const DROPPED_HEADERS = new Set(['host', 'connection', 'keep-alive', 'proxy-auth
 export interface WebFetchOptions {
   /** Name resolution (tests substitute one that answers private addresses). */
   resolve?: Resolver
+  /**
+   * Which addresses may be reached (tests let exactly their own 127.0.0.1
+   * server pass, to stand for a public host); the SSRF policy by default.
+   */
+  policy?: AddressPolicy
 }
 
-function parseUrl (raw: string, base?: URL): URL {
+/** An IPv6 literal with a zone id (`[fe80::1%25eth0]`): WHATWG URLs reject it, and it can only name a link-local address. */
+const ZONED_IPV6 = /^https?:\/\/(?:[^/?#@]*@)?\[[^\]]*%/i
+
+function parseUrl (raw: string, guarded: boolean, base?: URL): URL {
   let url: URL
   try {
     url = new URL(raw, base)
   } catch {
+    if (guarded && ZONED_IPV6.test(raw)) throw new ToolError('PermissionDenied', 'blocked address: an IPv6 address with a zone id is link-local (private networks are not allowed)')
     throw new ToolError('InvalidArgs', `not a valid URL: ${JSON.stringify(raw.slice(0, 200))}`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ToolError('InvalidArgs', `only http:// and https:// URLs are allowed, not ${url.protocol}`)
@@ -74,6 +83,8 @@ function failureOf (error: unknown, ctx: ToolContext, timeout: AbortSignal): Too
 
 export function createWebFetchTool (config: Config['tools']['web_fetch'], options: WebFetchOptions = {}) {
   const resolve = options.resolve ?? systemResolver
+  const policy = options.policy ?? refusalOf
+  const guarded = !config.allow_private_networks
   return defineBuiltin({
     name: 'web_fetch',
     description: 'Fetch a URL (http:// or https://) and answer its status, content type and body as text. Private networks and cloud metadata endpoints are blocked.',
@@ -83,19 +94,19 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
       headers: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'HTTP headers as key-value pairs' })),
     }),
     async execute (args, ctx) {
-      let url = parseUrl(args.url)
+      let url = parseUrl(args.url, guarded)
       let method = (args.method ?? 'GET').toUpperCase()
       const timeout = AbortSignal.timeout(FETCH_TIMEOUT_MS)
       const signal = AbortSignal.any([ctx.signal, timeout])
       for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
-        const agent = config.allow_private_networks ? undefined : pinnedAgent(await vetHost(url, resolve))
+        const agent = guarded ? pinnedAgent(await vetHost(url, resolve, policy)) : undefined
         try {
           const response = await request(url, { method: method as 'GET', headers: callerHeaders(args.headers), dispatcher: agent, signal })
           const location = response.headers['location']
           if (REDIRECTS.has(response.statusCode) && typeof location === 'string') {
             await response.body.dump()
             if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) method = 'GET'
-            url = parseUrl(location, url)
+            url = parseUrl(location, guarded, url)
             continue
           }
           const { data, complete, read } = await readCapped(response.body as never, config.max_bytes)

@@ -1,0 +1,110 @@
+/**
+ * The process runners for real: bubblewrap's view of the filesystem (a
+ * writable workspace, a read-only root, a private /tmp per run), what a
+ * missing program looks like in each mode, and the choice of mode at start
+ * as /readyz and /metrics report it.
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { mkdir, realpath, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { pino } from 'pino'
+import { describe, expect, it } from 'vitest'
+import { parseConfig } from '../../src/config.ts'
+import { createRunner } from '../../src/sandbox/index.ts'
+import type { ProcessRunner, RunOptions } from '../../src/sandbox/types.ts'
+import { buildTestApp, tempDir } from '../helper.ts'
+
+const log = pino({ level: 'silent' })
+
+async function runnerOf (mode: 'bwrap' | 'none'): Promise<ProcessRunner> {
+  return createRunner(parseConfig({ sandbox: { mode } }).sandbox, { log })
+}
+
+async function run (runner: ProcessRunner, cwd: string, script: string, extra: Partial<RunOptions> = {}) {
+  return runner.run({ command: 'sh', args: ['-c', script], cwd, timeoutMs: 15_000, signal: new AbortController().signal, maxOutputBytes: 65_536, ...extra })
+}
+
+describe('the bubblewrap runner', () => {
+  it('runs in the workspace as an unprivileged user, with the workspace writable and shared with the host', async () => {
+    const runner = await runnerOf('bwrap')
+    expect(runner.mode).toBe('bwrap')
+    const cwd = await realpath(await tempDir())
+    const result = await run(runner, cwd, 'pwd; echo "$HOME"; id -u; echo hi > made.txt; exit 3')
+    expect(result.exitCode).toBe(3)
+    expect(result.stdout).toBe(`${cwd}\n${cwd}\n65534\n`)
+    expect(readFileSync(path.join(cwd, 'made.txt'), 'utf8')).toBe('hi\n')
+  })
+
+  it('keeps the root read-only and gives each run its own empty /tmp', async () => {
+    const runner = await runnerOf('bwrap')
+    const cwd = await realpath(await tempDir())
+    const name = `toolport-private-${process.pid}-${Date.now()}`
+    const first = await run(runner, cwd, `echo one > /tmp/${name} && cat /tmp/${name}; touch /usr/${name} 2>&1; echo "usr=$?"`)
+    expect(first.stdout).toContain('one\n')
+    expect(first.stdout).toMatch(/Read-only file system/)
+    expect(first.stdout).toMatch(/usr=[1-9]/)
+    expect(existsSync(`/tmp/${name}`)).toBe(false)
+    const second = await run(runner, cwd, `test -e /tmp/${name} && echo present || echo absent`)
+    expect(second.stdout).toBe('absent\n')
+  })
+
+  it('lets a process read, but not write, its read-only extra paths; extra variables arrive', async () => {
+    const runner = await runnerOf('bwrap')
+    const cwd = await realpath(await tempDir())
+    const extra = await realpath(await tempDir('toolport-ro-'))
+    await writeFile(path.join(extra, 'data.txt'), 'shared')
+    const result = await run(runner, cwd, `cat '${extra}/data.txt'; echo " $TOOL_VAR"; echo x > '${extra}/new.txt' 2>/dev/null; echo "write=$?"`, { readOnlyPaths: [extra], env: { TOOL_VAR: 'v1' } })
+    expect(result.stdout).toMatch(/^shared v1\nwrite=[1-9]\n$/)
+    expect(readdirSync(extra)).toEqual(['data.txt'])
+  })
+
+  it('hides the workspaces root and the listed paths', async () => {
+    const cwdRoot = await realpath(await tempDir())
+    await mkdir(path.join(cwdRoot, 'mine'))
+    await mkdir(path.join(cwdRoot, 'other'))
+    await writeFile(path.join(cwdRoot, 'other', 'secret'), 'x')
+    const hiddenFile = path.join(await realpath(await tempDir()), 'config.yaml')
+    await writeFile(hiddenFile, 'token: abc')
+    const runner = await createRunner(parseConfig({ sandbox: { mode: 'bwrap' } }).sandbox, { log, hidePaths: [cwdRoot, hiddenFile] })
+    const result = await run(runner, path.join(cwdRoot, 'mine'), `ls '${cwdRoot}'; cat '${hiddenFile}' | wc -c`)
+    expect(result.stdout).toBe('mine\n0\n')
+  })
+})
+
+describe('both runners', () => {
+  for (const mode of ['bwrap', 'none'] as const) {
+    it(`report a program that does not exist (mode ${mode})`, async () => {
+      const runner = await runnerOf(mode)
+      const cwd = await realpath(await tempDir())
+      const result = await runner.run({ command: 'no-such-program-toolport', args: [], cwd, timeoutMs: 10_000, signal: new AbortController().signal, maxOutputBytes: 4096 })
+      expect(result.notFound).toBe(true)
+      expect(result.exitCode).toBe(127)
+    })
+
+    it(`bound processes by max_processes (mode ${mode})`, async () => {
+      const runner = await createRunner(parseConfig({ sandbox: { mode, max_processes: 10 } }).sandbox, { log })
+      const cwd = await realpath(await tempDir())
+      const result = await run(runner, cwd, 'for i in $(seq 1 50); do sleep 5 >/dev/null 2>&1 & echo $i; done')
+      const started = Math.max(...result.stdout.trim().split('\n').map(Number))
+      expect(started).toBeGreaterThanOrEqual(3)
+      expect(started).toBeLessThanOrEqual(10)
+    })
+  }
+})
+
+describe('the sandbox mode at start', () => {
+  it('auto picks bubblewrap here, and /readyz and /metrics say so', async () => {
+    const app = await buildTestApp({ sandbox: { mode: 'auto' } })
+    expect(app.runtime.runner.mode).toBe('bwrap')
+    const ready = await app.inject({ method: 'GET', url: '/readyz' })
+    expect(ready.json()).toMatchObject({ status: 'ready', sandbox: 'bwrap' })
+    const metrics = await app.inject({ method: 'GET', url: '/metrics' })
+    expect(metrics.body).toContain('toolport_sandbox_mode{mode="bwrap"} 1')
+    expect(metrics.body).not.toContain('toolport_sandbox_mode{mode="none"} 1')
+  })
+
+  it('none is reported as none', async () => {
+    const app = await buildTestApp({ sandbox: { mode: 'none' } })
+    expect((await app.inject({ method: 'GET', url: '/readyz' })).json()).toMatchObject({ sandbox: 'none' })
+  })
+})
