@@ -3,6 +3,10 @@
  * first checked against the denylist (a speed bump, not a boundary: the
  * sandbox is the boundary). A non-zero exit is a success that reports its
  * code; a timeout is a 504 carrying what the command printed so far.
+ *
+ * Also home of what the process tools (exec_shell, spawn) share: the
+ * timeout rule, the failure of a timed-out or cancelled run, and a result
+ * whose output is cut to fit the result limit and says what was cut.
  */
 import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
@@ -15,7 +19,7 @@ export const DEFAULT_DENYLIST = [
   'rm -rf /', 'sudo ', 'mkfs', 'dd if=', ':(){ :|:& };:', 'chmod 777 /', '> /dev/sd', 'shutdown', 'reboot', 'poweroff', 'format c:',
 ]
 
-/** Partial output carried by a 504, per stream. */
+/** Partial output carried by a 504, per stream (bytes of its JSON string). */
 export const PARTIAL_OUTPUT_BYTES = 16 * 1024
 
 export function deniedPattern (command: string, denylist: readonly string[]): string | undefined {
@@ -28,27 +32,88 @@ export function effectiveTimeout (requested: number | undefined, config: { timeo
   return Math.min(requested ?? config.timeout_default, config.timeout_max)
 }
 
-/** What a timed-out or cancelled run becomes. */
+const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value))
+
+/** The longest prefix of `text` whose JSON string takes at most `budget` bytes; never splits a surrogate pair. */
+export function fitString (text: string, budget: number): string {
+  const prefix = (length: number): string => {
+    const last = text.charCodeAt(length - 1)
+    return text.slice(0, last >= 0xd800 && last <= 0xdbff ? length - 1 : length)
+  }
+  if (jsonBytes(text) <= budget) return text
+  let low = 0
+  let high = Math.min(text.length, Math.max(0, budget))
+  while (low < high) {
+    const mid = Math.ceil((low + high) / 2)
+    if (jsonBytes(prefix(mid)) <= budget) low = mid
+    else high = mid - 1
+  }
+  return prefix(low)
+}
+
+/** Refuses what no process can take as an argument: a NUL byte ends a C string. */
+export function checkArgv (values: readonly string[], what: string): void {
+  if (values.some((value) => value.includes('\0'))) throw new ToolError('InvalidArgs', `${what} must not contain NUL bytes`)
+}
+
+/** What a timed-out, cancelled or never started run becomes. */
 export function failedRun (run: RunResult, timeoutSeconds: number): ToolError | undefined {
   if (run.timedOut) {
     return new ToolError('Timeout', `command timed out after ${timeoutSeconds}s`, {
       extra: {
         timeout_seconds: timeoutSeconds,
-        partial_stdout: run.stdout.slice(0, PARTIAL_OUTPUT_BYTES),
-        partial_stderr: run.stderr.slice(0, PARTIAL_OUTPUT_BYTES),
+        partial_stdout: fitString(run.stdout, PARTIAL_OUTPUT_BYTES),
+        partial_stderr: fitString(run.stderr, PARTIAL_OUTPUT_BYTES),
+        stdout_bytes: run.stdoutBytes,
+        stderr_bytes: run.stderrBytes,
       },
     })
   }
   if (run.cancelled) return new ToolError('ExecutionFailed', 'cancelled')
+  // No exit code and no signal: the process never ran (E2BIG, EACCES…).
+  if (run.exitCode === -1 && run.signal === null) return new ToolError('ExecutionFailed', `the command could not start: ${run.stderr.slice(0, 200)}`)
   return undefined
 }
 
-/** `{stdout, stderr}` plus, for a stream that was cut, its flag and total size. */
-export function outputFields (run: RunResult): Record<string, unknown> {
-  const fields: Record<string, unknown> = { stdout: run.stdout, stderr: run.stderr }
-  if (run.stdoutTruncated) Object.assign(fields, { stdout_truncated: true, stdout_bytes: run.stdoutBytes })
-  if (run.stderrTruncated) Object.assign(fields, { stderr_truncated: true, stderr_bytes: run.stderrBytes })
-  return fields
+interface Stream { text: string, bytes: number, truncated: boolean }
+
+/** A cut stream says so: `<name>_truncated: true` and `<name>_bytes`, the total it printed. */
+function cutFields (name: string, stream: Stream): Record<string, unknown> {
+  return stream.truncated ? { [`${name}_truncated`]: true, [`${name}_bytes`]: stream.bytes } : {}
+}
+
+/** Splits `room` bytes between two needs: each gets half, and what one leaves goes to the other. */
+function share (room: number, a: number, b: number): [number, number] {
+  const half = Math.floor(room / 2)
+  if (a <= half) return [a, room - a]
+  if (b <= half) return [room - b, b]
+  return [half, room - half]
+}
+
+function cut (stream: Stream, budget: number): Stream {
+  // +2: the budget is for the text, its JSON string also has quotes.
+  const text = fitString(stream.text, Math.max(0, budget) + 2)
+  return text.length === stream.text.length ? stream : { text, bytes: stream.bytes, truncated: true }
+}
+
+/**
+ * The result of a process tool, `{exit_code, stdout, stderr, ...tail}`, with
+ * stdout and stderr cut so that its JSON fits in `maxBytes`: a long output
+ * stays a well-formed result that says what was cut, rather than becoming a
+ * truncation envelope.
+ */
+export function processResult (run: RunResult, maxBytes: number, tail: Record<string, unknown>): Record<string, unknown> {
+  const shape = (out: Stream, err: Stream): Record<string, unknown> => ({
+    exit_code: run.exitCode, stdout: out.text, stderr: err.text, ...cutFields('stdout', out), ...cutFields('stderr', err), ...tail,
+  })
+  const stdout = { text: run.stdout, bytes: run.stdoutBytes, truncated: run.stdoutTruncated }
+  const stderr = { text: run.stderr, bytes: run.stderrBytes, truncated: run.stderrTruncated }
+  const whole = shape(stdout, stderr)
+  if (jsonBytes(whole) <= maxBytes) return whole
+  // The room left for the two texts once every other member is at its largest.
+  const room = maxBytes - jsonBytes(shape({ ...stdout, text: '', truncated: true }, { ...stderr, text: '', truncated: true }))
+  const [outBudget, errBudget] = share(room, jsonBytes(stdout.text) - 2, jsonBytes(stderr.text) - 2)
+  return shape(cut(stdout, outBudget), cut(stderr, errBudget))
 }
 
 export function createExecShellTool (options: { config: Config['tools']['exec_shell'], runner: ProcessRunner }) {
@@ -61,6 +126,7 @@ export function createExecShellTool (options: { config: Config['tools']['exec_sh
       timeout: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: `Timeout in seconds (default: ${options.config.timeout_default}, max: ${options.config.timeout_max})` })),
     }),
     async execute (args, ctx) {
+      checkArgv([args.command], 'command')
       const pattern = deniedPattern(args.command, denylist)
       if (pattern !== undefined) throw new ToolError('PermissionDenied', `command matches the denylist pattern ${JSON.stringify(pattern)}`)
       const timeout = effectiveTimeout(args.timeout, options.config)
@@ -74,7 +140,7 @@ export function createExecShellTool (options: { config: Config['tools']['exec_sh
       })
       const failure = failedRun(run, timeout)
       if (failure) throw failure
-      return { exit_code: run.exitCode, ...outputFields(run), duration_ms: run.durationMs }
+      return processResult(run, ctx.maxResultBytes, { duration_ms: run.durationMs })
     },
   })
 }

@@ -17,11 +17,8 @@ export const memoryReadTool = defineBuiltin({
   }),
   async execute (args, ctx) {
     const file = await resolveMemoryFile(ctx.workspaceDir)
-    if (!file.exists) {
-      return args.query === undefined
-        ? { content: '', message: 'No memory file found' }
-        : { query: args.query, matches: [], count: 0, message: 'No memory file found' }
-    }
+    // The seed's answer, with or without a query.
+    if (!file.exists) return { content: '', message: 'No memory file found' }
     const { handle } = await openContained(ctx.workspaceDir, file.absolute, 'memory/MEMORY.md')
     try {
       if (args.query === undefined) return { content: (await readPrefix(handle, ctx.maxResultBytes + 1)).toString('utf8') }

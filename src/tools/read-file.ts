@@ -1,12 +1,17 @@
 /**
  * read_file: a file's contents, `{content}`. Reads no more of the file than
  * the result can carry. Beyond the seed, `offset` and `limit` (in lines) page
- * through a large file; such answers also say where the next page starts.
+ * through a large file: such an answer is cut to fit the result limit at a
+ * line boundary and says where the next page starts.
  */
-import { createInterface } from 'node:readline'
+import type { FileHandle } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { defineBuiltin } from './define.ts'
+import { fitString } from './exec-shell.ts'
 import { existingPath, openContained, readPrefix } from './fs-helpers.ts'
+
+/** Bytes read at a time while looking for line ends. */
+const CHUNK_BYTES = 64 * 1024
 
 const Parameters = Type.Object({
   path: Type.String({ description: 'File path to read (relative to the workspace)' }),
@@ -27,34 +32,100 @@ export const readFileTool = defineBuiltin({
         const prefix = await readPrefix(handle, ctx.maxResultBytes + 1)
         return { content: prefix.toString('utf8') }
       }
-      return await readLines(handle, args.offset ?? 1, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes)
+      const offset = args.offset ?? 1
+      const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes)
+      return fitPage(page, offset, ctx.maxResultBytes)
     } finally {
       await handle.close()
     }
   },
 })
 
-async function readLines (handle: import('node:fs/promises').FileHandle, offset: number, limit: number, maxBytes: number): Promise<Record<string, unknown>> {
-  const lines: string[] = []
-  let lineNumber = 0
-  let bytes = 0
-  let more = false
-  const reader = createInterface({ input: handle.createReadStream({ autoClose: false, start: 0 }), crlfDelay: Infinity })
-  try {
-    for await (const line of reader) {
-      lineNumber++
-      if (lineNumber < offset) continue
-      if (lines.length >= limit || bytes + line.length + 1 > maxBytes) {
-        more = true
-        break
+/** Lines of one page, each with its line end; `cutLine`: the only line was longer than the budget. */
+interface Page { lines: Buffer[], more: boolean, cutLine: boolean }
+
+/**
+ * Lines offset..offset+limit-1 (with their line ends), read in chunks and
+ * keeping at most `maxBytes` of them: earlier lines are counted, never kept,
+ * and a first line longer than the budget is cut. A file of one 2 GB line
+ * costs a chunk and the budget, not 2 GB.
+ */
+async function collectPage (handle: FileHandle, offset: number, limit: number, maxBytes: number): Promise<Page> {
+  const chunk = Buffer.alloc(CHUNK_BYTES)
+  const lines: Buffer[] = []
+  let current: Buffer[] = []
+  let currentBytes = 0
+  let kept = 0
+  let lineNumber = 1
+  let position = 0
+  for (;;) {
+    const { bytesRead } = await handle.read(chunk, 0, CHUNK_BYTES, position)
+    if (bytesRead === 0) break
+    position += bytesRead
+    const data = chunk.subarray(0, bytesRead)
+    let start = 0
+    while (start < data.length) {
+      const newline = data.indexOf(10, start)
+      const end = newline === -1 ? data.length : newline + 1
+      if (lineNumber >= offset) {
+        const piece = data.subarray(start, end)
+        if (kept + currentBytes + piece.length > maxBytes) {
+          if (lines.length > 0) return { lines, more: true, cutLine: false }
+          current.push(Buffer.from(piece.subarray(0, utf8Boundary(piece, maxBytes - currentBytes))))
+          return { lines: [Buffer.concat(current)], more: true, cutLine: true }
+        }
+        current.push(Buffer.from(piece))
+        currentBytes += piece.length
       }
-      lines.push(line)
-      bytes += Buffer.byteLength(line) + 1
+      start = end
+      if (newline === -1) break
+      if (lineNumber >= offset) {
+        lines.push(Buffer.concat(current))
+        kept += currentBytes
+        current = []
+        currentBytes = 0
+        if (lines.length >= limit) return { lines, more: end < data.length || await hasByteAt(handle, position), cutLine: false }
+      }
+      lineNumber++
     }
-  } finally {
-    reader.close()
   }
-  const result: Record<string, unknown> = { content: lines.join('\n') + (lines.length > 0 && more ? '\n' : ''), offset, lines: lines.length }
-  if (more) result['next_offset'] = offset + lines.length
-  return result
+  if (currentBytes > 0) lines.push(Buffer.concat(current))
+  return { lines, more: false, cutLine: false }
+}
+
+/** The largest cut ≤ `at` that does not split a UTF-8 character. */
+function utf8Boundary (bytes: Buffer, at: number): number {
+  let cut = Math.max(0, Math.min(at, bytes.length))
+  while (cut > 0 && cut < bytes.length && ((bytes[cut] as number) & 0xc0) === 0x80) cut--
+  return cut
+}
+
+async function hasByteAt (handle: FileHandle, position: number): Promise<boolean> {
+  const { bytesRead } = await handle.read(Buffer.alloc(1), 0, 1, position)
+  return bytesRead > 0
+}
+
+/**
+ * The page as a result whose JSON fits in `maxBytes` (escapes can make JSON
+ * larger than the raw bytes): the longest run of whole lines that fits,
+ * or, when not even the first line does, that line cut.
+ */
+function fitPage (page: Page, offset: number, maxBytes: number): Record<string, unknown> {
+  const texts = page.lines.map((line) => line.toString('utf8'))
+  const result = (count: number, more: boolean, content = texts.slice(0, count).join('')): Record<string, unknown> => ({
+    content, offset, lines: count, ...(more ? { next_offset: offset + count } : {}),
+  })
+  const fits = (count: number): boolean => Buffer.byteLength(JSON.stringify(result(count, true))) <= maxBytes
+  if (!page.cutLine && (texts.length === 0 || fits(texts.length))) return result(texts.length, page.more)
+  let low = 0
+  let high = page.cutLine ? 0 : texts.length - 1
+  while (low < high) {
+    const mid = Math.ceil((low + high) / 2)
+    if (fits(mid)) low = mid
+    else high = mid - 1
+  }
+  if (low > 0) return result(low, true)
+  // Not even the first line fits whole: its start, and the next page begins after it.
+  const room = maxBytes - Buffer.byteLength(JSON.stringify({ ...result(1, true, ''), line_truncated: true }))
+  return { ...result(1, true, fitString(texts[0] ?? '', room + 2)), line_truncated: true }
 }

@@ -9,7 +9,7 @@ import { Limiter } from '../core/limiter.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from './define.ts'
-import { effectiveTimeout, failedRun, outputFields } from './exec-shell.ts'
+import { checkArgv, effectiveTimeout, failedRun, processResult } from './exec-shell.ts'
 
 /** A spawn may ask for up to this many seconds. */
 export const SPAWN_TIMEOUT_MAX = 3600
@@ -26,6 +26,7 @@ export function createSpawnTool (options: { config: Config['tools']['spawn'], ru
     }),
     limiter: new Limiter({ name: 'spawn', maxConcurrent: options.config.max_concurrent, maxQueue: 0, queueTimeoutMs: 1, rejectCode: 'ExecutionFailed' }),
     async execute (args, ctx) {
+      checkArgv([args.command, ...(args.args ?? [])], 'command and args')
       const timeout = effectiveTimeout(args.timeout, { timeout_default: options.config.timeout_default, timeout_max: SPAWN_TIMEOUT_MAX })
       const run = await options.runner.run({
         command: args.command,
@@ -38,7 +39,7 @@ export function createSpawnTool (options: { config: Config['tools']['spawn'], ru
       if (run.notFound) throw new ToolError('ExecutionFailed', `cannot start ${args.command}: not found`)
       const failure = failedRun(run, timeout)
       if (failure) throw failure
-      return { exit_code: run.exitCode, ...outputFields(run), command: args.command, description: args.description ?? '(no description)' }
+      return processResult(run, ctx.maxResultBytes, { command: args.command, description: args.description ?? '(no description)' })
     },
   })
 }

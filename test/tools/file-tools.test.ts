@@ -5,7 +5,9 @@ import { editFileTool } from '../../src/tools/edit-file.ts'
 import { listDirectoryTool } from '../../src/tools/list-directory.ts'
 import { readFileTool } from '../../src/tools/read-file.ts'
 import { writeFileTool } from '../../src/tools/write-file.ts'
+import { buildTestApp, exec } from '../helper.ts'
 import { codeOf, toolContext } from '../support/context.ts'
+import { expectProblem } from '../support/problem.ts'
 import { tempDir } from '../support/temp.ts'
 
 describe('write_file', () => {
@@ -52,7 +54,7 @@ describe('read_file', () => {
     const ctx = await toolContext()
     await writeFile(path.join(ctx.workspaceDir, 'lines.txt'), Array.from({ length: 10 }, (_, i) => `line ${i + 1}`).join('\n') + '\n')
     expect(await readFileTool.execute({ path: 'lines.txt', offset: 3, limit: 2 }, ctx)).toEqual({ content: 'line 3\nline 4\n', offset: 3, lines: 2, next_offset: 5 })
-    expect(await readFileTool.execute({ path: 'lines.txt', offset: 9 }, ctx)).toEqual({ content: 'line 9\nline 10', offset: 9, lines: 2 })
+    expect(await readFileTool.execute({ path: 'lines.txt', offset: 9 }, ctx)).toEqual({ content: 'line 9\nline 10\n', offset: 9, lines: 2 })
   })
 
   it('never reads through a symlink that leads outside', async () => {
@@ -108,5 +110,32 @@ describe('list_directory', () => {
     expect(await codeOf(listDirectoryTool.execute({ path: 'no/such' }, ctx))).toBe('FileNotFound')
     expect(await codeOf(listDirectoryTool.execute({ path: 'f' }, ctx))).toBe('InvalidArgs')
     expect(await codeOf(listDirectoryTool.execute({ path: '..' }, ctx))).toBe('InvalidPath')
+  })
+})
+
+describe('file tools through the app', () => {
+  it('edit_file: 0 or several matches are 400 InvalidArgs naming the count; one match edits', async () => {
+    const app = await buildTestApp()
+    const ws = { workspace: 'edits' }
+    await exec(app, 'write_file', { path: 'e.txt', content: 'one two two three three three' }, ws)
+    const several = expectProblem(await exec(app, 'edit_file', { path: 'e.txt', old_text: 'three', new_text: '3' }, ws), 400, 'InvalidArgs', 'edit_file')
+    expect(several['detail']).toMatch(/3 times/)
+    const none = expectProblem(await exec(app, 'edit_file', { path: 'e.txt', old_text: 'four', new_text: '4' }, ws), 400, 'InvalidArgs', 'edit_file')
+    expect(none['detail']).toMatch(/not found/)
+    expect((await exec(app, 'edit_file', { path: 'e.txt', old_text: 'one', new_text: '1' }, ws)).body.result).toEqual({ message: 'Successfully edited e.txt' })
+    expect((await exec(app, 'read_file', { path: 'e.txt' }, ws)).body.result).toEqual({ content: '1 two two three three three' })
+    expectProblem(await exec(app, 'edit_file', { path: 'nope.txt', old_text: 'a', new_text: 'b' }, ws), 404, 'FileNotFound', 'edit_file')
+  })
+
+  it('list_directory: entries sorted by name (byte order), with name, is_dir and size only', async () => {
+    const app = await buildTestApp()
+    const ws = { workspace: 'listing' }
+    for (const name of ['b.txt', 'B.txt', 'a/inner.txt', '_z']) await exec(app, 'write_file', { path: name, content: 'xyz' }, ws)
+    const { entries } = (await exec(app, 'list_directory', { path: '.' }, ws)).body.result as { entries: Array<Record<string, unknown>> }
+    expect(entries.map((entry) => entry['name'])).toEqual(['B.txt', '_z', 'a', 'b.txt'])
+    for (const entry of entries) expect(Object.keys(entry)).toEqual(['name', 'is_dir', 'size'])
+    expect(entries.find((entry) => entry['name'] === 'a')?.['is_dir']).toBe(true)
+    expect(entries.find((entry) => entry['name'] === 'b.txt')).toEqual({ name: 'b.txt', is_dir: false, size: 3 })
+    expect((await exec(app, 'list_directory', { path: 'a' }, ws)).body.result).toEqual({ entries: [{ name: 'inner.txt', is_dir: false, size: 3 }] })
   })
 })

@@ -3,6 +3,7 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { memoryReadTool } from '../../src/tools/memory-read.ts'
 import { memoryWriteTool } from '../../src/tools/memory-write.ts'
+import { buildTestApp, exec } from '../helper.ts'
 import { codeOf, toolContext } from '../support/context.ts'
 import { tempDir } from '../support/temp.ts'
 
@@ -14,6 +15,8 @@ describe('memory tools', () => {
   it('answers the seed object when there is no memory file', async () => {
     const ctx = await toolContext()
     expect(await memoryReadTool.execute({}, ctx)).toEqual({ content: '', message: 'No memory file found' })
+    // The same answer with a query: there is nothing to search.
+    expect(await memoryReadTool.execute({ query: 'anything' }, ctx)).toEqual({ content: '', message: 'No memory file found' })
   })
 
   it('appends with a blank-line separator and overwrites', async () => {
@@ -49,5 +52,30 @@ describe('memory tools', () => {
     expect(await codeOf(memoryWriteTool.execute({ content: 'x' }, ctx))).toBe('InvalidPath')
     expect(await codeOf(memoryReadTool.execute({}, ctx))).toBe('InvalidPath')
     await mkdir(path.join(outside, 'x'))
+  })
+
+  it('through the app: 50 parallel appends to one workspace, none lost, each its own paragraph', async () => {
+    const app = await buildTestApp()
+    expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'mem' } })).statusCode).toBe(201)
+    const answers = await Promise.all(Array.from({ length: 50 }, (_, i) => exec(app, 'memory_write', { content: `note ${i}\nline two of ${i}` }, { workspace: 'mem' })))
+    expect(answers.map((answer) => answer.status)).toEqual(Array(50).fill(200))
+    expect(answers[7]?.body.result).toEqual({ message: `Successfully wrote ${'note 7\nline two of 7'.length} bytes to memory (mode: append)`, path: 'memory/MEMORY.md' })
+    const { content } = (await exec(app, 'memory_read', {}, { workspace: 'mem' })).body.result as { content: string }
+    const paragraphs = content.split('\n\n')
+    expect(paragraphs).toHaveLength(50)
+    expect(new Set(paragraphs)).toEqual(new Set(Array.from({ length: 50 }, (_, i) => `note ${i}\nline two of ${i}`)))
+    const search = (await exec(app, 'memory_read', { query: 'LINE TWO OF 42' }, { workspace: 'mem' })).body.result
+    expect(search).toEqual({ query: 'LINE TWO OF 42', matches: ['note 42\nline two of 42'], count: 1 })
+  })
+
+  it('through the app: overwrite replaces everything; the file lives at memory/MEMORY.md', async () => {
+    const app = await buildTestApp()
+    await exec(app, 'memory_write', { content: 'old' }, { workspace: 'mem2' })
+    const answer = await exec(app, 'memory_write', { content: 'new\n', mode: 'overwrite' }, { workspace: 'mem2' })
+    expect(answer.body.result).toEqual({ message: 'Successfully wrote 4 bytes to memory (mode: overwrite)', path: 'memory/MEMORY.md' })
+    expect((await exec(app, 'read_file', { path: 'memory/MEMORY.md' }, { workspace: 'mem2' })).body.result).toEqual({ content: 'new\n' })
+    await exec(app, 'memory_write', { content: 'appended' }, { workspace: 'mem2' })
+    expect((await exec(app, 'memory_read', {}, { workspace: 'mem2' })).body.result).toEqual({ content: 'new\n\nappended' })
+    expect((await exec(app, 'memory_write', { content: 'x', mode: 'replace' })).status).toBe(400)
   })
 })

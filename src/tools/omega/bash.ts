@@ -1,18 +1,21 @@
 /**
- * omega's `bash`: `bash -c` in the workspace, stdout and stderr combined,
- * 30,000 characters at most with omega's notice, a 120 s timeout, and
- * `is_error` on a non-zero exit. Unlike omega, it runs in the sandbox.
+ * omega's `bash`: `bash -c` in the workspace, stdout and stderr combined in
+ * the order written, 30,000 characters at most with omega's notice, a 120 s
+ * timeout, and `is_error` on a non-zero exit. Unlike omega, it runs in the
+ * sandbox.
  */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../../errors.ts'
 import type { ProcessRunner } from '../../sandbox/types.ts'
 import { defineBuiltin } from '../define.ts'
+import { checkArgv } from '../exec-shell.ts'
 import { truncateOutput } from './truncate-output.ts'
 
 export const MAX_BASH_OUTPUT = 30_000
 export const BASH_TIMEOUT_SECS = 120
 
-export function bashTool (runner: ProcessRunner) {
+/** `timeoutSeconds` is omega's 120 unless a test needs a shorter one. */
+export function bashTool (runner: ProcessRunner, timeoutSeconds = BASH_TIMEOUT_SECS) {
   return defineBuiltin({
     name: 'bash',
     description: 'Run a bash command in the workspace; answers stdout and stderr combined (30,000 characters at most).',
@@ -21,22 +24,27 @@ export function bashTool (runner: ProcessRunner) {
     }),
     async execute (args, ctx) {
       if (args.command.trim() === '') throw new ToolError('InvalidArgs', 'command must not be empty')
+      checkArgv([args.command], 'command')
       const run = await runner.run({
-        command: 'bash',
-        args: ['-c', args.command],
+        command: 'sh',
+        // bash with its stderr on its stdout: one pipe keeps the two in the order they were written.
+        // The command goes in verbatim as bash's own -c script.
+        args: ['-c', 'exec bash -c "$1" 2>&1', 'sh', args.command],
         cwd: ctx.workspaceDir,
-        timeoutMs: BASH_TIMEOUT_SECS * 1000,
+        timeoutMs: timeoutSeconds * 1000,
         signal: ctx.signal,
         // Up to 4 bytes a character: enough bytes for 30,000 characters of any script.
         maxOutputBytes: MAX_BASH_OUTPUT * 4,
-        combineOutput: true,
       })
+      // stderr holds only what the wrapper or the sandbox said (bash's own went to stdout).
+      const printed = run.stdout + run.stderr
       if (run.timedOut) {
-        throw new ToolError('Timeout', `command timed out after ${BASH_TIMEOUT_SECS}s`, { extra: { partial_output: truncateOutput(run.stdout, 16_384) } })
+        throw new ToolError('Timeout', `command timed out after ${timeoutSeconds}s`, { extra: { partial_output: truncateOutput(printed, 16_384) } })
       }
       if (run.cancelled) throw new ToolError('ExecutionFailed', 'cancelled')
-      const output = run.stdout === '' ? `exit code: ${run.exitCode}` : run.stdout
-      const total = run.stdoutTruncated ? run.stdoutBytes : output.length
+      if (run.exitCode === -1 && run.signal === null) throw new ToolError('ExecutionFailed', `the command could not start: ${run.stderr.slice(0, 200)}`)
+      const output = printed === '' ? `exit code: ${run.exitCode}` : printed
+      const total = run.stdoutTruncated || run.stderrTruncated ? run.stdoutBytes + run.stderrBytes : output.length
       return { content: truncateOutput(output, MAX_BASH_OUTPUT, total), is_error: run.exitCode !== 0, exit_code: run.exitCode }
     },
   })
