@@ -52,6 +52,8 @@ export interface WorkspaceStoreOptions {
 interface Entry extends WorkspaceRecord {
   users: number
   savedExpiresAt: number
+  /** Settles when the directory exists: calls that arrive while it is being made wait for it. */
+  ready: Promise<void>
 }
 
 const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
@@ -92,7 +94,9 @@ export class WorkspaceStore {
     const id = request.id ?? randomUUID()
     validateWorkspaceId(id)
     if (this.#entries.has(keyOf(tenant, id))) throw new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
-    return this.#materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
+    const entry = this.#materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
+    await entry.ready
+    return entry
   }
 
   /** The record of a workspace; NotFound when absent (or another tenant's). */
@@ -121,7 +125,8 @@ export class WorkspaceStore {
   /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
   async acquire (tenant: string, id: string): Promise<WorkspaceLease> {
     validateWorkspaceId(id)
-    const entry = this.#entries.get(keyOf(tenant, id)) ?? await this.#materialise(tenant, id, this.#options.ttlSeconds)
+    const entry = this.#entries.get(keyOf(tenant, id)) ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
+    await entry.ready
     entry.users++
     this.#renew(entry)
     let released = false
@@ -176,23 +181,27 @@ export class WorkspaceStore {
     return count
   }
 
-  async #materialise (tenant: string, id: string, ttlSeconds: number): Promise<Entry> {
+  /**
+   * Registers a workspace at once (so that concurrent creations of one id
+   * make it once, and count against the quota at once) and makes its
+   * directory; `entry.ready` settles when the directory exists.
+   */
+  #materialise (tenant: string, id: string, ttlSeconds: number): Entry {
     const limit = this.#options.maxWorkspacesOf?.(tenant) ?? Infinity
     if (this.countOf(tenant) >= limit) {
       throw new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
     }
     const now = Date.now()
     const dir = path.join(this.#tenantDir(tenant), 'ws', directoryNameOf(id))
-    const entry: Entry = { tenant, id, dir, createdAt: now, expiresAt: now + ttlSeconds * 1000, ttlSeconds, users: 0, savedExpiresAt: 0 }
-    // Claim the id before the first await so two concurrent creations cannot both win.
+    const entry: Entry = { tenant, id, dir, createdAt: now, expiresAt: now + ttlSeconds * 1000, ttlSeconds, users: 0, savedExpiresAt: 0, ready: Promise.resolve() }
     this.#entries.set(keyOf(tenant, id), entry)
-    try {
+    entry.ready = (async () => {
       await mkdir(dir, { recursive: true })
       await this.#saveMeta(entry)
-    } catch (error) {
-      this.#entries.delete(keyOf(tenant, id))
-      throw error
-    }
+    })()
+    entry.ready.catch(() => {
+      if (this.#entries.get(keyOf(tenant, id)) === entry) this.#entries.delete(keyOf(tenant, id))
+    })
     return entry
   }
 
@@ -224,7 +233,7 @@ export class WorkspaceStore {
         try {
           const meta = JSON.parse(await readFile(path.join(metaDir, file), 'utf8')) as WorkspaceRecord
           const dir = path.join(this.#tenantDir(meta.tenant), 'ws', directoryNameOf(meta.id))
-          this.#entries.set(keyOf(meta.tenant, meta.id), { ...meta, dir, users: 0, savedExpiresAt: meta.expiresAt })
+          this.#entries.set(keyOf(meta.tenant, meta.id), { ...meta, dir, users: 0, savedExpiresAt: meta.expiresAt, ready: Promise.resolve() })
         } catch (error) {
           this.#options.log.warn({ err: error, file }, 'skipping unreadable workspace metadata')
         }

@@ -42,7 +42,7 @@ export const editFileTool = defineBuiltin({
       if (count > 1) throw new ToolError('InvalidArgs', `old_text appears ${count} times in ${args.path}; it must appear exactly once (add surrounding context)`)
       const at = text.indexOf(args.old_text)
       const edited = text.slice(0, at) + args.new_text + text.slice(at + args.old_text.length)
-      await writeContained(ctx.workspaceDir, absolute, args.path, edited)
+      await writeContained(ctx.workspaceDir, absolute, args.path, edited, { quota: ctx.quota })
       return { message: `Successfully edited ${args.path}` }
     })
   },

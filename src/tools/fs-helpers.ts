@@ -5,10 +5,11 @@
  */
 import { randomUUID } from 'node:crypto'
 import { constants, type Stats } from 'node:fs'
-import { type FileHandle, open, rename, rm, writeFile } from 'node:fs/promises'
+import { type FileHandle, lstat, open, rename, rm, writeFile } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import { openContainedDirectory, splitInWorkspace } from '../core/contained-fs.ts'
 import { resolveInWorkspace } from '../core/paths.ts'
+import type { WorkspaceQuota } from '../core/quotas.ts'
 
 /** Maps a Node filesystem error to the contract's codes; other errors pass through. */
 export function fsError (error: unknown, userPath: string): unknown {
@@ -82,7 +83,23 @@ export async function readPrefix (handle: FileHandle, maxBytes: number): Promise
  * target is replaced, never followed. With `createParents`, missing
  * directories are made on the way.
  */
-export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean } = {}): Promise<void> {
+export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean, quota?: WorkspaceQuota } = {}): Promise<void> {
+  const { quota } = options
+  if (!quota) return writeInPlace(workspaceDir, absolute, userPath, content, options)
+  // One quota check and write at a time per workspace, so two writes cannot both fit the last bytes.
+  return serialised(`${workspaceDir}\u0000quota`, async () => {
+    await quota.ensureRoom(Buffer.byteLength(content) - await sizeOf(absolute))
+    await writeInPlace(workspaceDir, absolute, userPath, content, options)
+  })
+}
+
+/** The size of the regular file at `absolute`, 0 when there is none (what a write replaces). */
+export async function sizeOf (absolute: string): Promise<number> {
+  const info = await lstat(absolute).catch(() => null)
+  return info?.isFile() ? info.size : 0
+}
+
+async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean }): Promise<void> {
   const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
   const temp = `.${name.slice(0, 100)}.${randomUUID()}.toolport-tmp`
   let dir

@@ -22,7 +22,9 @@ export const memoryWriteTool = defineBuiltin({
     const mode = args.mode ?? 'append'
     const file = await resolveMemoryFile(ctx.workspaceDir)
     await serialised(file.absolute, async () => {
-      if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true })
+      if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true, quota: ctx.quota })
+      // The separator is at most two bytes; counting it always keeps the check simple and safe.
+      await ctx.quota?.ensureRoom(Buffer.byteLength(args.content) + 2)
       const dir = await openContainedDirectory(ctx.workspaceDir, 'memory', MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
       try {
         await appendParagraph(dir.at('MEMORY.md'), args.content)

@@ -15,7 +15,7 @@ export const writeFileTool = defineBuiltin({
   async execute (args, ctx) {
     const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'path names the workspace itself, not a file')
-    await writeContained(ctx.workspaceDir, absolute, args.path, args.content, { createParents: true })
+    await writeContained(ctx.workspaceDir, absolute, args.path, args.content, { createParents: true, quota: ctx.quota })
     return { message: `Successfully wrote ${Buffer.byteLength(args.content)} bytes to ${args.path}` }
   },
 })

@@ -71,6 +71,14 @@ describe('WorkspaceStore', () => {
     expect(s.get('t', 'implicit').expiresAt).toBeGreaterThan(Date.now() + 59_000)
   })
 
+  it('gives concurrent first uses of a new id one existing directory', async () => {
+    const s = await store()
+    const leases = await Promise.all(Array.from({ length: 8 }, () => s.acquire('t', 'fresh')))
+    expect(new Set(leases.map((l) => l.dir)).size).toBe(1)
+    for (const lease of leases) expect(existsSync(lease.dir)).toBe(true)
+    await Promise.all(leases.map((l) => l.release()))
+  })
+
   it('sweeps expired workspaces but never one in use', async () => {
     const s = await store(1)
     const idle = await s.create('t', { id: 'idle' })

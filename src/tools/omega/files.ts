@@ -41,7 +41,7 @@ export const writeTool = defineBuiltin({
     const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.file_path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'file_path names the workspace itself')
     const bytes = Buffer.byteLength(args.content)
-    await writeContained(ctx.workspaceDir, absolute, args.file_path, args.content, { createParents: true })
+    await writeContained(ctx.workspaceDir, absolute, args.file_path, args.content, { createParents: true, quota: ctx.quota })
     return { content: `Wrote ${bytes} bytes to ${args.file_path}`, bytes }
   },
 })
@@ -69,7 +69,7 @@ export const editTool = defineBuiltin({
       const occurrences = text.split(args.old_string).length - 1
       if (occurrences === 0) throw new ToolError('InvalidArgs', `old_string not found in ${args.file_path}`)
       const at = text.indexOf(args.old_string)
-      await writeContained(ctx.workspaceDir, absolute, args.file_path, text.slice(0, at) + args.new_string + text.slice(at + args.old_string.length))
+      await writeContained(ctx.workspaceDir, absolute, args.file_path, text.slice(0, at) + args.new_string + text.slice(at + args.old_string.length), { quota: ctx.quota })
       return { content: `Edited ${args.file_path}: replaced the first of ${occurrences} occurrence(s)`, occurrences }
     })
   },

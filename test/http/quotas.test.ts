@@ -1,0 +1,98 @@
+/**
+ * Per-tenant quotas: the number of persistent workspaces a tenant holds, and
+ * the bytes one workspace holds. A write over the byte quota is refused whole:
+ * nothing is half-written and the old content stays.
+ */
+import { existsSync } from 'node:fs'
+import { readFile } from 'node:fs/promises'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp } from '../helper.ts'
+import { expectProblem } from '../support/problem.ts'
+import { tarOf } from '../support/tarball.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+const TOKENS = [
+  { token: 'acme', tenant: 'acme', allowed_tools: ['*'] },
+  { token: 'beta', tenant: 'beta', allowed_tools: ['*'] },
+]
+
+async function call (app: App, token: string, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?: unknown, headers: Record<string, string> = {}) {
+  const response = await app.inject({ method, url, payload: payload as string, headers: { authorization: `Bearer ${token}`, ...headers } })
+  let body: any = response.body
+  try { body = response.json() } catch {}
+  return { status: response.statusCode, body, headers: response.headers }
+}
+
+const execAs = (app: App, token: string, tool: string, args: unknown, workspace?: string) =>
+  call(app, token, 'POST', `/v1/tools/${tool}/execute`, { arguments: args, ...(workspace ? { workspace } : {}) })
+
+describe('workspace count quota', () => {
+  it('refuses a tenant\'s workspace beyond its quota, explicit or implicit, and frees a place on delete', async () => {
+    const app = await buildTestApp({ auth: { tokens: TOKENS }, workspaces: { max_per_tenant: 2, tenant_quotas: { beta: { max_workspaces: 3 } } } })
+    expect((await call(app, 'acme', 'POST', '/v1/workspaces', { id: 'one' })).status).toBe(201)
+    expect((await execAs(app, 'acme', 'write_file', { path: 'a', content: 'a' }, 'two')).status).toBe(200)
+    const refused = expectProblem(await call(app, 'acme', 'POST', '/v1/workspaces', { id: 'three' }), 403, 'PermissionDenied')
+    expect(refused['detail']).toMatch(/quota of 2 workspaces/)
+    expectProblem(await execAs(app, 'acme', 'write_file', { path: 'a', content: 'a' }, 'three'), 403, 'PermissionDenied', 'write_file')
+    expectProblem(await call(app, 'acme', 'PUT', '/v1/workspaces/three/archive', tarOf([{ name: 'a', content: 'a' }]), { 'content-type': 'application/gzip' }), 403, 'PermissionDenied')
+    expect(existsSync(path.join(app.runtime.workspaces.root, 'tenants', 'acme', 'ws', 'three'))).toBe(false)
+    // Existing workspaces keep working, and calls without a workspace are not counted.
+    expect((await execAs(app, 'acme', 'write_file', { path: 'b', content: 'b' }, 'one')).status).toBe(200)
+    expect((await execAs(app, 'acme', 'write_file', { path: 'b', content: 'b' })).status).toBe(200)
+    // Another tenant has its own count, with its own override.
+    for (const id of ['x', 'y', 'z']) expect((await call(app, 'beta', 'POST', '/v1/workspaces', { id })).status).toBe(201)
+    expectProblem(await call(app, 'beta', 'POST', '/v1/workspaces', { id: 'w' }), 403, 'PermissionDenied')
+    expect((await call(app, 'acme', 'DELETE', '/v1/workspaces/one')).status).toBe(204)
+    expect((await call(app, 'acme', 'POST', '/v1/workspaces', { id: 'three' })).status).toBe(201)
+  })
+
+  it('holds under concurrent creations', async () => {
+    const app = await buildTestApp({ auth: { tokens: TOKENS }, workspaces: { max_per_tenant: 3 } })
+    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => call(app, 'acme', 'POST', '/v1/workspaces', { id: `c${i}` })))
+    expect(answers.filter((a) => a.status === 201)).toHaveLength(3)
+    expect(answers.filter((a) => a.status === 403)).toHaveLength(9)
+    expect(app.runtime.workspaces.countOf('acme')).toBe(3)
+  })
+})
+
+describe('workspace byte quota', () => {
+  it('refuses a write that would go over, keeping the old content, and allows one that shrinks', async () => {
+    const app = await buildTestApp({ workspaces: { max_bytes: 4096 } })
+    expect((await execAs(app, '', 'write_file', { path: 'a.txt', content: 'a'.repeat(3000) }, 'q')).status).toBe(200)
+    const dir = app.runtime.workspaces.get('default', 'q').dir
+    const over = expectProblem(await execAs(app, '', 'write_file', { path: 'b.txt', content: 'b'.repeat(2000) }, 'q'), 413, 'PayloadTooLarge', 'write_file')
+    expect(over['detail']).toMatch(/quota of 4096 bytes/)
+    expect(existsSync(path.join(dir, 'b.txt'))).toBe(false)
+    // Replacing a file counts only the difference.
+    expect((await execAs(app, '', 'write_file', { path: 'a.txt', content: 'c'.repeat(4000) }, 'q')).status).toBe(200)
+    expectProblem(await execAs(app, '', 'write_file', { path: 'a.txt', content: 'd'.repeat(5000) }, 'q'), 413, 'PayloadTooLarge')
+    expect(await readFile(path.join(dir, 'a.txt'), 'utf8')).toBe('c'.repeat(4000))
+    expect((await execAs(app, '', 'write_file', { path: 'a.txt', content: 'small' }, 'q')).status).toBe(200)
+    // Ephemeral workspaces have the same quota.
+    expectProblem(await execAs(app, '', 'write_file', { path: 'big.txt', content: 'e'.repeat(5000) }), 413, 'PayloadTooLarge')
+  })
+
+  it('applies to edits, memory appends and the omega write', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] }, workspaces: { max_bytes: 2048 } })
+    expect((await execAs(app, '', 'write_file', { path: 'a.txt', content: `x${'.'.repeat(1500)}` }, 'q')).status).toBe(200)
+    expectProblem(await execAs(app, '', 'edit_file', { path: 'a.txt', old_text: 'x', new_text: 'y'.repeat(1000) }, 'q'), 413, 'PayloadTooLarge', 'edit_file')
+    expectProblem(await execAs(app, '', 'edit', { file_path: 'a.txt', old_string: 'x', new_string: 'y'.repeat(1000) }, 'q'), 413, 'PayloadTooLarge', 'edit')
+    expectProblem(await execAs(app, '', 'memory_write', { content: 'm'.repeat(1000) }, 'q'), 413, 'PayloadTooLarge', 'memory_write')
+    expectProblem(await execAs(app, '', 'write', { file_path: 'w.txt', content: 'w'.repeat(1000) }, 'q'), 413, 'PayloadTooLarge', 'write')
+    const dir = app.runtime.workspaces.get('default', 'q').dir
+    expect(await readFile(path.join(dir, 'a.txt'), 'utf8')).toBe(`x${'.'.repeat(1500)}`)
+    expect(existsSync(path.join(dir, 'memory'))).toBe(false)
+  })
+
+  it('refuses an archive that would go over, extracting nothing', async () => {
+    const app = await buildTestApp({ workspaces: { max_bytes: 4096 } })
+    const upload = (entries: Array<{ name: string, content: string }>) =>
+      call(app, '', 'PUT', '/v1/workspaces/arc/archive', tarOf(entries), { 'content-type': 'application/gzip' })
+    expect((await upload([{ name: 'a.txt', content: 'a'.repeat(2000) }])).status).toBe(200)
+    expectProblem(await upload([{ name: 'b.txt', content: 'b'.repeat(1000) }, { name: 'c.txt', content: 'c'.repeat(2000) }]), 413, 'PayloadTooLarge')
+    const dir = app.runtime.workspaces.get('default', 'arc').dir
+    expect([existsSync(path.join(dir, 'b.txt')), existsSync(path.join(dir, 'c.txt'))]).toEqual([false, false])
+  })
+})
