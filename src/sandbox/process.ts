@@ -63,6 +63,9 @@ export async function runToCompletion (spawn: Spawn, options: RunOptions): Promi
   if (options.signal.aborted) onAbort()
   else options.signal.addEventListener('abort', onAbort, { once: true })
 
+  // When the direct child exits, what it left in the background (`sleep 60 &`) is killed at
+  // once: it would otherwise hold the output pipes open and the call until its timeout.
+  child.once('exit', () => killGroup(child.pid, spawn.killTree))
   const result = await child
   clearTimeout(timer)
   options.signal.removeEventListener('abort', onAbort)

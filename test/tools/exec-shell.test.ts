@@ -125,6 +125,18 @@ describe('exec_shell', () => {
     }
   })
 
+  it.each(['none', 'bwrap'])('answers as soon as the command ends, killing what it left in the background (sandbox %s)', async (mode) => {
+    const app = await buildTestApp({ sandbox: { mode } })
+    // Without the kill, the background sleep would hold the pipes until the 20 s timeout: a 504.
+    const answer = await exec(app, 'exec_shell', { command: 'sleep 30 & echo $! > bg.pid; echo done', timeout: 20 }, { workspace: 'bg' })
+    expect(answer.status).toBe(200)
+    expect(answer.body.result).toMatchObject({ exit_code: 0, stdout: 'done\n' })
+    if (mode === 'none') {
+      const pid = Number(await readFile(path.join(app.runtime.workspaces.get('default', 'bg').dir, 'bg.pid'), 'utf8'))
+      expect(await deadSoon(pid)).toBe(true)
+    }
+  })
+
   it('caps the partial output of a 504', async () => {
     const { tool } = execShell({ timeout_max: 1 })
     const error = await tool.execute({ command: 'head -c 3000000 /dev/zero | tr "\\0" a; sleep 30' }, await toolContext())
