@@ -104,6 +104,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
         const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
+        let cutByTool = false
         const raw = await tool.execute(args, {
           workspaceDir: lease.dir,
           workspaceId: lease.id,
@@ -113,9 +114,10 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           requestId: caller.requestId,
           tenant: caller.tenant,
           quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
+          markTruncated: () => { cutByTool = true },
         })
         const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
-        outcome = { ok: true, tool: toolName, result: value, truncated, durationMs: 0, workspace: workspaceId }
+        outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
       } finally {
         await lease.release()
       }

@@ -26,6 +26,8 @@ export interface ToolContext {
   tenant: string
   /** The workspace's byte quota: writes ask it first. Absent means unlimited (direct calls in tests). */
   quota?: WorkspaceQuota
+  /** A tool that cut its own result to fit (command output, a file's line) says so: the answer's `truncated` turns true. */
+  markTruncated?: () => void
 }
 
 export interface Tool<Args = Record<string, unknown>> {

@@ -10,6 +10,7 @@
  */
 import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
+import type { ToolContext } from '../core/tool.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner, RunResult } from '../sandbox/types.ts'
 import { defineBuiltin } from './define.ts'
@@ -116,6 +117,12 @@ export function processResult (run: RunResult, maxBytes: number, tail: Record<st
   return shape(cut(stdout, outBudget), cut(stderr, errBudget))
 }
 
+/** Tells the execution path when a process result had its output cut. */
+export function markIfCut (result: Record<string, unknown>, ctx: ToolContext): Record<string, unknown> {
+  if (result['stdout_truncated'] === true || result['stderr_truncated'] === true) ctx.markTruncated?.()
+  return result
+}
+
 export function createExecShellTool (options: { config: Config['tools']['exec_shell'], runner: ProcessRunner }) {
   const denylist = options.config.denylist ?? DEFAULT_DENYLIST
   return defineBuiltin({
@@ -140,7 +147,7 @@ export function createExecShellTool (options: { config: Config['tools']['exec_sh
       })
       const failure = failedRun(run, timeout)
       if (failure) throw failure
-      return processResult(run, ctx.maxResultBytes, { duration_ms: run.durationMs })
+      return markIfCut(processResult(run, ctx.maxResultBytes, { duration_ms: run.durationMs }), ctx)
     },
   })
 }

@@ -34,7 +34,9 @@ export const readFileTool = defineBuiltin({
       }
       const offset = args.offset ?? 1
       const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes)
-      return fitPage(page, offset, ctx.maxResultBytes)
+      const result = fitPage(page, offset, ctx.maxResultBytes)
+      if (result['line_truncated'] === true) ctx.markTruncated?.()
+      return result
     } finally {
       await handle.close()
     }

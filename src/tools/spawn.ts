@@ -9,7 +9,7 @@ import { Limiter } from '../core/limiter.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from './define.ts'
-import { checkArgv, effectiveTimeout, failedRun, processResult } from './exec-shell.ts'
+import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './exec-shell.ts'
 
 /** A spawn may ask for up to this many seconds. */
 export const SPAWN_TIMEOUT_MAX = 3600
@@ -39,7 +39,7 @@ export function createSpawnTool (options: { config: Config['tools']['spawn'], ru
       if (run.notFound) throw new ToolError('ExecutionFailed', `cannot start ${args.command}: not found`)
       const failure = failedRun(run, timeout)
       if (failure) throw failure
-      return processResult(run, ctx.maxResultBytes, { command: args.command, description: args.description ?? '(no description)' })
+      return markIfCut(processResult(run, ctx.maxResultBytes, { command: args.command, description: args.description ?? '(no description)' }), ctx)
     },
   })
 }

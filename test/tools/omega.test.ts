@@ -51,7 +51,10 @@ describe('omega bash', () => {
 
   it('caps output at 30,000 characters with omega\'s notice', async () => {
     const app = await omegaApp()
-    const { content } = (await exec(app, 'bash', { command: "head -c 45000 /dev/zero | tr '\\0' a" })).body.result
+    const answer = (await exec(app, 'bash', { command: "head -c 45000 /dev/zero | tr '\\0' a" })).body
+    expect(answer.truncated).toBe(true)
+    expect((await exec(app, 'bash', { command: 'echo short' })).body.truncated).toBe(false)
+    const { content } = answer.result
     expect(content).toBe(`${'a'.repeat(30_000)}\n... (output truncated: 45000 total chars, showing first 30000)`)
     // Far beyond what is captured, the notice still names the full size.
     const huge = (await exec(app, 'bash', { command: "head -c 5000000 /dev/zero | tr '\\0' b; echo tail >&2" })).body.result.content

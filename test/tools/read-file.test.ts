@@ -121,7 +121,7 @@ describe('read_file on a 2 GB file', () => {
     expect(answer.body.truncated).toBe(true)
     expect(jsonBytes(answer.body.result)).toBeLessThanOrEqual(65_536)
     const paged = await exec(app, 'read_file', { path: 'huge.bin', limit: 3 }, { workspace: 'big' })
-    expect(paged.body).toMatchObject({ truncated: false, result: { offset: 1, lines: 1, next_offset: 2, line_truncated: true } })
+    expect(paged.body).toMatchObject({ truncated: true, result: { offset: 1, lines: 1, next_offset: 2, line_truncated: true } })
     expect(paged.body.result.content.startsWith('start\u0000')).toBe(true)
   })
 

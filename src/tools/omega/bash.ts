@@ -45,6 +45,7 @@ export function bashTool (runner: ProcessRunner, timeoutSeconds = BASH_TIMEOUT_S
       if (run.exitCode === -1 && run.signal === null) throw new ToolError('ExecutionFailed', `the command could not start: ${run.stderr.slice(0, 200)}`)
       const output = printed === '' ? `exit code: ${run.exitCode}` : printed
       const total = run.stdoutTruncated || run.stderrTruncated ? run.stdoutBytes + run.stderrBytes : output.length
+      if (total > MAX_BASH_OUTPUT) ctx.markTruncated?.()
       return { content: truncateOutput(output, MAX_BASH_OUTPUT, total), is_error: run.exitCode !== 0, exit_code: run.exitCode }
     },
   })
