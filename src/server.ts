@@ -10,6 +10,8 @@ import { buildApp } from './app.ts'
 import { type Config, ConfigError, defaultConfig, loadConfigFile, withTokensFile } from './config.ts'
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost'])
+/** How long cancelled calls get to unwind (kill their processes, remove workspaces) at shutdown. */
+const CANCEL_SETTLE_MS = 3000
 
 function fail (message: string): never {
   process.stderr.write(`toolport: ${message}\n`)
@@ -69,10 +71,14 @@ async function main (): Promise<void> {
   }
   const secrets = [file, config.auth.tokens_file].filter((p): p is string => p !== undefined)
   const app = await buildApp(config, { logger: log, hidePaths: secrets })
-  closeWithGrace({ delay: config.server.drain_timeout_ms + 5000, logger: false }, async ({ signal, err }) => {
+  closeWithGrace({ delay: config.server.drain_timeout_ms + CANCEL_SETTLE_MS + 5000, logger: false }, async ({ signal, err }) => {
     if (err) log.error({ err }, 'shutting down after an error')
     else log.info({ signal }, 'shutting down: draining in-flight calls')
     await app.runtime.drain(config.server.drain_timeout_ms)
+    // Calls outliving the drain are cancelled, then given a moment to answer and
+    // remove their workspaces before the connections and sources close.
+    app.runtime.cancelRunning()
+    await app.runtime.drain(CANCEL_SETTLE_MS)
     await app.close()
     log.info('stopped')
   })

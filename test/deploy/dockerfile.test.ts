@@ -1,0 +1,80 @@
+/**
+ * The Dockerfile, checked without a Docker engine: the dockerfile-utils linter
+ * (the one behind VS Code's Docker support) finds no problem, and the image
+ * follows the operations rules of issue 6.
+ */
+import { existsSync, readFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { validate } from 'dockerfile-utils'
+import { describe, expect, it } from 'vitest'
+
+const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
+const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8')
+
+interface Instruction { keyword: string, args: string }
+
+/** Instructions with continuation lines joined, comments dropped. */
+function instructions (text: string): Instruction[] {
+  const joined = text.split('\n').filter((line) => !/^\s*#/.test(line)).join('\n').replace(/\\\n/g, ' ')
+  return joined.split('\n').map((line) => line.trim()).filter(Boolean).map((line) => {
+    const [keyword = '', ...rest] = line.split(/\s+/)
+    return { keyword: keyword.toUpperCase(), args: rest.join(' ') }
+  })
+}
+
+const all = instructions(dockerfile)
+const stages = all.reduce<Instruction[][]>((list, instruction) => {
+  if (instruction.keyword === 'FROM') list.push([])
+  list.at(-1)?.push(instruction)
+  return list
+}, [])
+const final = stages.at(-1) ?? []
+const finalOf = (keyword: string) => final.filter((i) => i.keyword === keyword)
+
+describe('Dockerfile', () => {
+  it('passes the linter', () => {
+    expect(validate(dockerfile).map((d) => `line ${d.range.start.line + 1}: ${d.message}`)).toEqual([])
+  })
+
+  it('lint would catch a broken Dockerfile', () => {
+    const problems = validate('FROM node:24-bookworm-slim\nCMD ["a"]\nCMD ["b"]\nMAINTAINER someone\nEXPOSE 8080/sctpx\n')
+    expect(problems.length).toBeGreaterThanOrEqual(2)
+  })
+
+  it('is multi-stage on Node 24 slim, and the runtime stage copies built output only', () => {
+    expect(stages.length).toBeGreaterThanOrEqual(2)
+    for (const stage of stages) expect(stage[0]?.args).toMatch(/^node:24-[a-z]+-slim\b/)
+    expect(finalOf('COPY').every((c) => c.args.startsWith('--from=') || c.args.startsWith('package.json'))).toBe(true)
+  })
+
+  it('runs as a numeric non-root user with tini as PID 1', () => {
+    const user = finalOf('USER').at(-1)?.args ?? ''
+    expect(user).toMatch(/^[1-9]\d*(:\d+)?$/)
+    expect(finalOf('ENTRYPOINT').at(-1)?.args).toMatch(/^\["\/usr\/bin\/tini", "--"\]$/)
+    const run = finalOf('RUN').map((r) => r.args).join(' ')
+    expect(run).toMatch(/apt-get install[^&]*\btini\b/)
+  })
+
+  it('installs bubblewrap, keeps apt lists out of the image, and declares the workspace volume', () => {
+    const run = finalOf('RUN').map((r) => r.args).join(' ')
+    expect(run).toMatch(/apt-get install[^&]*--no-install-recommends[^&]*\bbubblewrap\b/)
+    expect(run).toMatch(/rm -rf \/var\/lib\/apt\/lists/)
+    expect(finalOf('VOLUME').at(-1)?.args).toContain('/var/lib/toolport/workspaces')
+  })
+
+  it('has a HEALTHCHECK on /healthz and starts the built server', () => {
+    expect(finalOf('HEALTHCHECK').at(-1)?.args).toMatch(/\/healthz/)
+    expect(finalOf('CMD').at(-1)?.args).toContain('dist/src/server.js')
+  })
+
+  it('copies only files that exist, and the build context is limited by .dockerignore', () => {
+    for (const copy of all.filter((i) => i.keyword === 'COPY' && !i.args.startsWith('--from='))) {
+      const sources = copy.args.split(/\s+/).slice(0, -1)
+      for (const source of sources) expect(existsSync(path.join(ROOT, source)), `COPY ${source}`).toBe(true)
+    }
+    const ignore = readFileSync(path.join(ROOT, '.dockerignore'), 'utf8')
+    expect(ignore).toMatch(/^\*$/m)
+    expect(ignore).not.toMatch(/^!node_modules|^!dist/m)
+  })
+})

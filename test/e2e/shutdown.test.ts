@@ -1,0 +1,119 @@
+/**
+ * SIGTERM to the built server during calls: readiness and new calls turn 503
+ * at once, a short in-flight call finishes, a call outliving the drain timeout
+ * is killed (its processes are gone), workspaces are removed, and the exit code is 0.
+ */
+import { existsSync, readFileSync } from 'node:fs'
+import { readdir } from 'node:fs/promises'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { startServer, waitReady } from '../support/server-process.ts'
+import { tempDir } from '../support/temp.ts'
+
+const post = (base: string, url: string, body: unknown) =>
+  fetch(`${base}${url}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Alive and not a zombie. */
+function running (pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))
+  } catch {
+    return false
+  }
+}
+
+async function until (condition: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (await condition()) return true
+    await sleep(50)
+  }
+  return condition()
+}
+
+describe('graceful shutdown of the built server', () => {
+  it('drains on SIGTERM: 503s at once, short calls finish, long ones are killed, exit 0', async () => {
+    const scratch = await tempDir('toolport-drain-')
+    const root = path.join(scratch, 'workspaces')
+    const server = await startServer({ sandbox: { mode: 'none' }, workspaces: { root }, server: { drain_timeout_ms: 1500 } })
+    await waitReady(server)
+
+    // A finished call, before the signal: its ephemeral workspace is already gone.
+    const finished = await post(server.base, '/v1/tools/write_file/execute', { arguments: { path: 'a.txt', content: 'x' } })
+    expect(finished.status).toBe(200)
+
+    // A call that outlives the drain timeout: a shell and a background child, both recorded.
+    const pidFile = path.join(scratch, 'pids')
+    const long = post(server.base, '/v1/tools/exec_shell/execute', { arguments: { command: `sleep 60 & echo $$ $! > ${pidFile}; wait`, timeout: 120 } })
+      .then((r) => r.status, () => 'reset' as const)
+    expect(await until(() => existsSync(pidFile) && readFileSync(pidFile, 'utf8').trim().split(' ').length === 2)).toBe(true)
+    const pids = readFileSync(pidFile, 'utf8').trim().split(' ').map(Number)
+    expect(pids.every(running)).toBe(true)
+    // A call that finishes within the drain.
+    const short = post(server.base, '/v1/tools/exec_shell/execute', { arguments: { command: 'sleep 0.6; echo drained' } })
+    await sleep(150)
+
+    server.child.kill('SIGTERM')
+    expect(await until(async () => (await fetch(`${server.base}/readyz`)).status === 503)).toBe(true)
+    const refused = await post(server.base, '/v1/tools/read_file/execute', { arguments: { path: 'a.txt' } })
+    expect(refused.status).toBe(503)
+    expect(await refused.json()).toMatchObject({ code: 'Overloaded', tool: 'read_file' })
+
+    const shortReply = await short
+    expect(shortReply.status).toBe(200)
+    expect(await shortReply.json()).toMatchObject({ result: { exit_code: 0, stdout: 'drained\n' } })
+
+    expect(await server.exited).toEqual({ code: 0, signal: null })
+    expect(await long).toBeGreaterThanOrEqual(500)
+    expect(await until(() => !pids.some(running), 5000)).toBe(true)
+    expect(await readdir(path.join(root, 'ephemeral'))).toEqual([])
+  })
+
+  it('closes open MCP sessions and their event streams, and exits 0', async () => {
+    const server = await startServer({ sandbox: { mode: 'none' } })
+    await waitReady(server)
+    const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+    const init = await fetch(`${server.base}/mcp`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'drain-test', version: '1' } } }),
+    })
+    expect(init.status).toBe(200)
+    const session = init.headers.get('mcp-session-id')
+    expect(session).toBeTruthy()
+    await init.text()
+    const stream = await fetch(`${server.base}/mcp`, { headers: { accept: 'text/event-stream', 'mcp-session-id': session! } })
+    expect(stream.status).toBe(200)
+    const ended = (async () => {
+      const reader = stream.body!.getReader()
+      try {
+        while (!(await reader.read()).done);
+      } catch {}
+      return true
+    })()
+
+    server.child.kill('SIGTERM')
+    expect(await server.exited).toEqual({ code: 0, signal: null })
+    expect(await ended).toBe(true)
+  })
+
+  it('keeps persistent workspaces across a restart, and exits 0 when idle', async () => {
+    const scratch = await tempDir('toolport-drain-')
+    const root = path.join(scratch, 'workspaces')
+    const config = { sandbox: { mode: 'none' }, workspaces: { root } }
+    const first = await startServer(config)
+    await waitReady(first)
+    const write = await post(first.base, '/v1/tools/write_file/execute', { workspace: 'keep', arguments: { path: 'kept.txt', content: 'still here' } })
+    expect(write.status).toBe(200)
+    first.child.kill('SIGTERM')
+    expect(await first.exited).toEqual({ code: 0, signal: null })
+
+    const second = await startServer(config)
+    await waitReady(second)
+    const read = await post(second.base, '/v1/tools/read_file/execute', { workspace: 'keep', arguments: { path: 'kept.txt' } })
+    expect(read.status).toBe(200)
+    expect(JSON.stringify(await read.json())).toContain('still here')
+  })
+})
