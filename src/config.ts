@@ -45,6 +45,8 @@ export const ConfigSchema = Type.Object({
   }),
   workspaces: section({
     root: Type.String({ default: path.join(os.tmpdir(), 'toolport-workspaces') }),
+    /** Where ephemeral workspaces go (default `<root>/ephemeral`); must be private to one instance when `root` is shared. */
+    ephemeral_root: Type.Optional(Type.String()),
     ttl_seconds: int(1, 3600),
     sweep_interval_seconds: int(1, 60),
     max_archive_entries: int(1, 10_000),
@@ -204,6 +206,7 @@ function resolvePaths (config: Config, base: string): Config {
   const resolve = (p: string) => path.resolve(base, p)
   config.tools.dirs = config.tools.dirs.map(resolve)
   config.workspaces.root = resolve(config.workspaces.root)
+  if (config.workspaces.ephemeral_root !== undefined) config.workspaces.ephemeral_root = resolve(config.workspaces.ephemeral_root)
   if (config.auth.tokens_file !== undefined) config.auth.tokens_file = resolve(config.auth.tokens_file)
   return config
 }

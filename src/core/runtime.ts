@@ -14,6 +14,7 @@ import { builtinTools, messageTools } from '../tools/index.ts'
 import type { ExecutionServices } from './execute.ts'
 import { Limiter } from './limiter.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { isInside } from './paths.ts'
 import { quotaResolver, type TenantQuota } from './quotas.ts'
 import { ToolRegistry } from './registry.ts'
 import { WorkspaceStore } from './workspaces.ts'
@@ -63,6 +64,7 @@ export class Runtime implements ExecutionServices {
     this.metrics = createMetrics({ inFlight: () => this.limiter.inFlight, queued: () => this.limiter.queued }, { defaultMetrics: options.defaultMetrics })
     this.workspaces = new WorkspaceStore({
       root: config.workspaces.root,
+      ephemeralRoot: config.workspaces.ephemeral_root,
       ttlSeconds: config.workspaces.ttl_seconds,
       sweepIntervalSeconds: config.workspaces.sweep_interval_seconds,
       log,
@@ -82,7 +84,10 @@ export class Runtime implements ExecutionServices {
    */
   async start (): Promise<void> {
     await this.workspaces.init()
-    this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: [this.workspaces.root, ...(this.#options.hidePaths ?? [])] })
+    // Every workspace but a call's own is hidden from its processes.
+    const { root, ephemeralRoot } = this.workspaces
+    const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]
+    this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: [...workspaceRoots, ...(this.#options.hidePaths ?? [])] })
     this.metrics.sandboxMode.set({ mode: this.runner.mode }, 1)
     this.registry.setGroup('builtin', 'builtin', builtinTools(this.config, this.runner))
     const messages = messageTools(this.config, this.log)

@@ -6,23 +6,27 @@
  *   their metadata beside them in `.../meta/<id>.json`, out of the tools'
  *   reach. A background sweeper removes expired ones that no call is using.
  * - Ephemeral workspaces (a call or batch without `workspace`) live under
- *   `<root>/ephemeral/<uuid>` and are removed when their lease is released.
+ *   the ephemeral root (`<root>/ephemeral` unless configured) and are
+ *   removed when their lease is released.
+ *
+ * The metadata on disk is the truth; the map here is a cache of it. So
+ * several instances can share one root (a ReadWriteMany volume): a
+ * workspace made by one is found by the others, a deletion is noticed
+ * within `recheckMs`, and the sweeper looks at the disk before it removes
+ * anything another instance may have renewed. Each instance needs its own
+ * ephemeral root (it is emptied at start).
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, readdir, readFile, realpath, rename, rm, writeFile } from 'node:fs/promises'
+import { mkdir, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
 import { directorySize } from './directory-size.ts'
-import { directoryNameOf, validateWorkspaceId } from './workspace-ids.ts'
+import { validateWorkspaceId } from './workspace-ids.ts'
+import { WorkspaceLayout, type WorkspaceMeta } from './workspace-meta.ts'
 
-export interface WorkspaceRecord {
-  tenant: string
-  id: string
+export interface WorkspaceRecord extends WorkspaceMeta {
   dir: string
-  createdAt: number
-  expiresAt: number
-  ttlSeconds: number
 }
 
 export interface WorkspaceInfo {
@@ -42,26 +46,36 @@ export interface WorkspaceLease {
 
 export interface WorkspaceStoreOptions {
   root: string
+  /** Where ephemeral workspaces go; private to this instance (emptied at start). */
+  ephemeralRoot?: string
   ttlSeconds: number
   sweepIntervalSeconds: number
   log: Logger
   /** How many persistent workspaces a tenant may hold (unlimited when absent). */
   maxWorkspacesOf?: (tenant: string) => number
+  /** How long a cached workspace is trusted before its metadata is read again (another instance may have deleted it). */
+  recheckMs?: number
 }
 
 interface Entry extends WorkspaceRecord {
   users: number
   savedExpiresAt: number
-  /** Settles when the directory exists: calls that arrive while it is being made wait for it. */
+  checkedAt: number
+  /** Settles when the directory and its metadata exist: calls that arrive meanwhile wait for it. */
   ready: Promise<void>
 }
 
 const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
+const DEFAULT_RECHECK_MS = 1000
+
+/** Thrown inside a creation when another instance claimed the id first. */
+class ClaimedElsewhere extends Error {}
 
 export class WorkspaceStore {
   readonly #options: WorkspaceStoreOptions
   readonly #entries = new Map<string, Entry>()
-  #root = ''
+  #layout = new WorkspaceLayout('')
+  #ephemeralRoot = ''
   #sweeper: NodeJS.Timeout | undefined
 
   constructor (options: WorkspaceStoreOptions) {
@@ -70,16 +84,23 @@ export class WorkspaceStore {
 
   /** The canonical root directory (after `init`). */
   get root (): string {
-    return this.#root
+    return this.#layout.root
   }
 
-  /** Creates the root, forgets stale ephemeral dirs, loads persistent workspaces, starts the sweeper. */
+  /** The canonical ephemeral root (after `init`). */
+  get ephemeralRoot (): string {
+    return this.#ephemeralRoot
+  }
+
+  /** Creates the roots, forgets stale ephemeral dirs, loads persistent workspaces, starts the sweeper. */
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
-    this.#root = await realpath(this.#options.root)
-    await rm(this.#ephemeralRoot(), { recursive: true, force: true })
-    await mkdir(this.#ephemeralRoot(), { recursive: true })
-    await this.#loadIndex()
+    this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
+    const ephemeral = this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral')
+    await rm(ephemeral, { recursive: true, force: true })
+    await mkdir(ephemeral, { recursive: true, mode: 0o700 })
+    this.#ephemeralRoot = await realpath(ephemeral)
+    await this.#adoptAll()
     this.#sweeper = setInterval(() => { void this.sweep() }, this.#options.sweepIntervalSeconds * 1000)
     this.#sweeper.unref()
   }
@@ -89,17 +110,22 @@ export class WorkspaceStore {
     clearInterval(this.#sweeper)
   }
 
-  /** Creates a persistent workspace; Conflict when the id exists for this tenant. */
+  /** Creates a persistent workspace; Conflict when the id exists for this tenant (here or on disk). */
   async create (tenant: string, request: { id?: string, ttlSeconds?: number } = {}): Promise<WorkspaceRecord> {
     const id = request.id ?? randomUUID()
     validateWorkspaceId(id)
-    if (this.#entries.has(keyOf(tenant, id))) throw new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
+    const conflict = () => new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
+    if (this.#entries.has(keyOf(tenant, id))) throw conflict()
     const entry = this.#materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
-    await entry.ready
+    try {
+      await entry.ready
+    } catch (error) {
+      throw error instanceof ClaimedElsewhere ? conflict() : error
+    }
     return entry
   }
 
-  /** The record of a workspace; NotFound when absent (or another tenant's). */
+  /** The cached record of a workspace; NotFound when this instance does not know it. Prefer `find`. */
   get (tenant: string, id: string): WorkspaceRecord {
     validateWorkspaceId(id)
     const entry = this.#entries.get(keyOf(tenant, id))
@@ -107,26 +133,42 @@ export class WorkspaceStore {
     return entry
   }
 
+  /** A workspace of `tenant`, from the cache or from disk; NotFound when absent (or another tenant's). */
+  async find (tenant: string, id: string): Promise<WorkspaceRecord> {
+    validateWorkspaceId(id)
+    const key = keyOf(tenant, id)
+    const cached = this.#entries.get(key)
+    if (cached) {
+      // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
+      const made = await cached.ready.then(() => true, () => false)
+      if (made && Date.now() - cached.checkedAt < (this.#options.recheckMs ?? DEFAULT_RECHECK_MS)) return cached
+    }
+    const meta = await this.#layout.read(tenant, id)
+    if (!meta) {
+      if (cached && this.#entries.get(key) === cached) this.#entries.delete(key)
+      throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
+    }
+    const entry = this.#entries.get(key) ?? this.#adopt(meta)
+    entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
+    entry.checkedAt = Date.now()
+    return entry
+  }
+
   async info (tenant: string, id: string): Promise<WorkspaceInfo> {
-    const record = this.get(tenant, id)
+    const record = await this.find(tenant, id)
     const { files, bytes } = await directorySize(record.dir)
-    return { ...describe(record), files, bytes }
+    return { ...describeWorkspace(record), files, bytes }
   }
 
   async delete (tenant: string, id: string): Promise<void> {
-    const record = this.get(tenant, id)
+    await this.find(tenant, id)
     this.#entries.delete(keyOf(tenant, id))
-    await Promise.all([
-      rm(record.dir, { recursive: true, force: true, maxRetries: 3 }),
-      rm(this.#metaFile(tenant, id), { force: true }),
-    ])
+    await this.#layout.remove(tenant, id)
   }
 
   /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
   async acquire (tenant: string, id: string): Promise<WorkspaceLease> {
-    validateWorkspaceId(id)
-    const entry = this.#entries.get(keyOf(tenant, id)) ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
-    await entry.ready
+    const entry = await this.#findOrCreate(tenant, id)
     entry.users++
     this.#renew(entry)
     let released = false
@@ -144,7 +186,7 @@ export class WorkspaceStore {
 
   /** A fresh, empty workspace that disappears on release. */
   async ephemeral (): Promise<WorkspaceLease> {
-    const dir = path.join(this.#ephemeralRoot(), randomUUID())
+    const dir = path.join(this.#ephemeralRoot, randomUUID())
     await mkdir(dir)
     let released = false
     return {
@@ -160,12 +202,24 @@ export class WorkspaceStore {
     }
   }
 
-  /** Removes expired workspaces that no call holds. Runs on a timer; callable from tests. */
+  /**
+   * Removes expired workspaces that no call here holds. The disk decides:
+   * workspaces other instances made are swept too, and one another
+   * instance renewed is kept. Runs on a timer; callable from tests.
+   */
   async sweep (now = Date.now()): Promise<number> {
+    await this.#adoptAll()
     let removed = 0
     for (const entry of [...this.#entries.values()]) {
       if (entry.expiresAt > now || entry.users > 0) continue
-      await this.delete(entry.tenant, entry.id).catch((error: unknown) => {
+      const meta = await this.#layout.read(entry.tenant, entry.id)
+      if (meta && meta.expiresAt > now) {
+        entry.expiresAt = meta.expiresAt
+        continue
+      }
+      if (this.#entries.get(keyOf(entry.tenant, entry.id)) !== entry || entry.users > 0) continue
+      this.#entries.delete(keyOf(entry.tenant, entry.id))
+      await this.#layout.remove(entry.tenant, entry.id).catch((error: unknown) => {
         this.#options.log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
       })
       removed++
@@ -174,95 +228,104 @@ export class WorkspaceStore {
     return removed
   }
 
-  /** How many persistent workspaces `tenant` holds. */
+  /** How many persistent workspaces `tenant` holds, as far as this instance knows. */
   countOf (tenant: string): number {
     let count = 0
     for (const entry of this.#entries.values()) if (entry.tenant === tenant) count++
     return count
   }
 
+  async #findOrCreate (tenant: string, id: string): Promise<Entry> {
+    validateWorkspaceId(id)
+    for (;;) {
+      try {
+        return await this.find(tenant, id) as Entry
+      } catch (error) {
+        if (!(error instanceof ToolError) || error.code !== 'NotFound') throw error
+      }
+      const entry = this.#entries.get(keyOf(tenant, id)) ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
+      try {
+        await entry.ready
+        return entry
+      } catch (error) {
+        // Another instance made it meanwhile: use theirs.
+        if (!(error instanceof ClaimedElsewhere)) throw error
+      }
+    }
+  }
+
   /**
-   * Registers a workspace at once (so that concurrent creations of one id
-   * make it once, and count against the quota at once) and makes its
-   * directory; `entry.ready` settles when the directory exists.
+   * Registers a new workspace at once (so that concurrent creations here make
+   * it once, and count against the quota at once), then makes its directory
+   * and claims its id on disk; `entry.ready` settles when both exist.
    */
   #materialise (tenant: string, id: string, ttlSeconds: number): Entry {
     const limit = this.#options.maxWorkspacesOf?.(tenant) ?? Infinity
-    if (this.countOf(tenant) >= limit) {
-      throw new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
-    }
+    if (this.countOf(tenant) >= limit) throw quotaError(limit)
     const now = Date.now()
-    const dir = path.join(this.#tenantDir(tenant), 'ws', directoryNameOf(id))
-    const entry: Entry = { tenant, id, dir, createdAt: now, expiresAt: now + ttlSeconds * 1000, ttlSeconds, users: 0, savedExpiresAt: 0, ready: Promise.resolve() }
-    this.#entries.set(keyOf(tenant, id), entry)
+    const entry: Entry = {
+      tenant,
+      id,
+      dir: this.#layout.workspaceDir(tenant, id),
+      createdAt: now,
+      expiresAt: now + ttlSeconds * 1000,
+      ttlSeconds,
+      users: 0,
+      savedExpiresAt: now + ttlSeconds * 1000,
+      checkedAt: now,
+      ready: Promise.resolve(),
+    }
+    const key = keyOf(tenant, id)
+    this.#entries.set(key, entry)
     entry.ready = (async () => {
-      await mkdir(dir, { recursive: true })
-      await this.#saveMeta(entry)
+      // Other instances' workspaces count too: the disk knows them.
+      if (await this.#layout.count(tenant) >= limit) throw quotaError(limit)
+      await mkdir(entry.dir, { recursive: true })
+      if (!await this.#layout.claim(metaOf(entry))) throw new ClaimedElsewhere()
     })()
     entry.ready.catch(() => {
-      if (this.#entries.get(keyOf(tenant, id)) === entry) this.#entries.delete(keyOf(tenant, id))
+      if (this.#entries.get(key) === entry) this.#entries.delete(key)
     })
     return entry
+  }
+
+  /** A workspace known only from disk (made by another instance, or before a restart). */
+  #adopt (meta: WorkspaceMeta): Entry {
+    const entry: Entry = { ...meta, dir: this.#layout.workspaceDir(meta.tenant, meta.id), users: 0, savedExpiresAt: meta.expiresAt, checkedAt: Date.now(), ready: Promise.resolve() }
+    this.#entries.set(keyOf(meta.tenant, meta.id), entry)
+    return entry
+  }
+
+  async #adoptAll (): Promise<void> {
+    for (const meta of await this.#layout.all()) {
+      if (!this.#entries.has(keyOf(meta.tenant, meta.id))) this.#adopt(meta)
+    }
   }
 
   #renew (entry: Entry): void {
     entry.expiresAt = Math.max(entry.expiresAt, Date.now() + entry.ttlSeconds * 1000)
     // Persist at most once per tenth of the TTL: a busy workspace should not cost a write per call.
-    if (entry.expiresAt - entry.savedExpiresAt > entry.ttlSeconds * 100) {
-      void this.#saveMeta(entry).catch((error: unknown) => this.#options.log.warn({ err: error }, 'could not save workspace metadata'))
+    // A workspace deleted meanwhile (here or elsewhere) is not brought back.
+    if (entry.expiresAt - entry.savedExpiresAt > entry.ttlSeconds * 100 && this.#entries.get(keyOf(entry.tenant, entry.id)) === entry) {
+      entry.savedExpiresAt = entry.expiresAt
+      void this.#layout.save(metaOf(entry)).catch((error: unknown) => this.#options.log.warn({ err: error }, 'could not save workspace metadata'))
     }
-  }
-
-  async #saveMeta (entry: Entry): Promise<void> {
-    const file = this.#metaFile(entry.tenant, entry.id)
-    await mkdir(path.dirname(file), { recursive: true })
-    const temp = `${file}.${randomUUID()}.tmp`
-    const { tenant, id, createdAt, expiresAt, ttlSeconds } = entry
-    await writeFile(temp, JSON.stringify({ tenant, id, createdAt, expiresAt, ttlSeconds }))
-    await rename(temp, file)
-    entry.savedExpiresAt = expiresAt
-  }
-
-  async #loadIndex (): Promise<void> {
-    const tenantsDir = path.join(this.#root, 'tenants')
-    const tenants = await readdir(tenantsDir).catch(() => [] as string[])
-    for (const tenantName of tenants) {
-      const metaDir = path.join(tenantsDir, tenantName, 'meta')
-      for (const file of await readdir(metaDir).catch(() => [] as string[])) {
-        if (!file.endsWith('.json')) continue
-        try {
-          const meta = JSON.parse(await readFile(path.join(metaDir, file), 'utf8')) as WorkspaceRecord
-          const dir = path.join(this.#tenantDir(meta.tenant), 'ws', directoryNameOf(meta.id))
-          this.#entries.set(keyOf(meta.tenant, meta.id), { ...meta, dir, users: 0, savedExpiresAt: meta.expiresAt, ready: Promise.resolve() })
-        } catch (error) {
-          this.#options.log.warn({ err: error, file }, 'skipping unreadable workspace metadata')
-        }
-      }
-    }
-  }
-
-  #tenantDir (tenant: string): string {
-    return path.join(this.#root, 'tenants', directoryNameOf(tenant))
-  }
-
-  #metaFile (tenant: string, id: string): string {
-    return path.join(this.#tenantDir(tenant), 'meta', `${directoryNameOf(id)}.json`)
-  }
-
-  #ephemeralRoot (): string {
-    return path.join(this.#root, 'ephemeral')
   }
 }
 
-function describe (record: WorkspaceRecord): Omit<WorkspaceInfo, 'files' | 'bytes'> {
+function metaOf ({ tenant, id, createdAt, expiresAt, ttlSeconds }: Entry): WorkspaceMeta {
+  return { tenant, id, createdAt, expiresAt, ttlSeconds }
+}
+
+function quotaError (limit: number): ToolError {
+  return new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
+}
+
+/** The API shape of a record (creation answer). */
+export function describeWorkspace (record: WorkspaceRecord): Omit<WorkspaceInfo, 'files' | 'bytes'> {
   return {
     id: record.id,
     created_at: new Date(record.createdAt).toISOString(),
     expires_at: new Date(record.expiresAt).toISOString(),
   }
-}
-
-/** The API shape of a record (creation answer). */
-export function describeWorkspace (record: WorkspaceRecord): Omit<WorkspaceInfo, 'files' | 'bytes'> {
-  return describe(record)
 }

@@ -70,7 +70,7 @@ export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
   app.get<{ Params: Static<typeof IdParams> }>('/v1/workspaces/:id/archive', {
     schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 404) },
   }, async (request, reply) => {
-    const record = store.get(request.principal.tenant, request.params.id)
+    const record = await store.find(request.principal.tenant, request.params.id)
     const filename = `${record.id.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 100)}.tar.gz`
     return reply.type('application/gzip').header('content-disposition', `attachment; filename="${filename}"`).send(packWorkspace(record.dir))
   })

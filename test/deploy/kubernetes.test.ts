@@ -115,6 +115,13 @@ describe('kubernetes manifests', () => {
     expect(pvc['spec'].accessModes).toEqual(['ReadWriteMany'])
   })
 
+  it('keeps each pod\'s ephemeral workspaces on a pod-local emptyDir outside the shared root', () => {
+    expect(config.workspaces.ephemeral_root).toBeDefined()
+    expect(config.workspaces.ephemeral_root?.startsWith(`${config.workspaces.root}/`)).toBe(false)
+    const mount = container.volumeMounts.find((m: { mountPath: string }) => m.mountPath === config.workspaces.ephemeral_root)
+    expect(pod.volumes.find((v: { name: string }) => v.name === mount?.name)?.emptyDir).toBeDefined()
+  })
+
   it('Service, HPA, PDB and NetworkPolicy point at the Deployment and its pods', () => {
     const labels = deployment['spec'].template.metadata.labels
     const selects = (selector: Record<string, string>) => Object.entries(selector).every(([k, v]) => labels[k] === v)

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync, statSync } from 'node:fs'
-import { mkdir, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
@@ -94,7 +94,9 @@ describe('sandbox escapes under bubblewrap', () => {
     const key = `TOOLPORT_TEST_SECRET_${randomBytes(4).toString('hex').toUpperCase()}`
     process.env[key] = 'x'
     onCleanup(async () => { delete process.env[key] })
-    const dir = await tempDir('toolport-conf-')
+    // Not under /tmp: the sandbox's private /tmp would hide these whatever the service did.
+    const dir = await mkdtemp('/var/tmp/toolport-conf-')
+    onCleanup(() => rm(dir, { recursive: true, force: true }))
     const configFile = path.join(dir, 'toolport.json')
     const token = `tok-${randomBytes(8).toString('hex')}`
     await writeFile(configFile, JSON.stringify({ auth: { tokens: [{ token, tenant: 'acme' }] } }))
@@ -120,6 +122,21 @@ describe('sandbox escapes under bubblewrap', () => {
     expect(seen).not.toContain(token)
     expect(seen).not.toContain('victim-data')
     expect(answer.body.result.stdout).not.toMatch(/^victim$/m)
+  })
+
+  it('cannot see the ephemeral workspaces of other calls, also under an ephemeral_root outside the root', async () => {
+    // Not under /tmp: the sandbox's private /tmp would hide it whatever the service did.
+    const dir = await mkdtemp('/var/tmp/toolport-eph-')
+    onCleanup(() => rm(dir, { recursive: true, force: true }))
+    const app = await buildTestApp({ sandbox: BWRAP, workspaces: { ephemeral_root: path.join(dir, 'ephemeral') } })
+    const other = await app.runtime.workspaces.ephemeral()
+    onCleanup(() => other.release())
+    await writeFile(path.join(other.dir, 'theirs.txt'), 'other-call-data')
+    const answer = await shell(app, `ls -a '${app.runtime.workspaces.ephemeralRoot}'; cat '${path.join(other.dir, 'theirs.txt')}'; echo end`)
+    expect(answer.status).toBe(200)
+    expect(answer.body.result.stdout).toContain('end')
+    expect(answer.body.result.stdout).not.toContain('other-call-data')
+    expect(answer.body.result.stdout).not.toContain(path.basename(other.dir))
   })
 
   it('bounds a fork bomb by max_processes and leaves nothing running', async () => {
