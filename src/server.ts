@@ -5,9 +5,10 @@
  */
 import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
-import { pino, type Logger } from 'pino'
+import type { Logger } from 'pino'
 import { buildApp } from './app.ts'
 import { type Config, ConfigError, defaultConfig, loadConfigFile, withTokensFile } from './config.ts'
+import { createLogger } from './logger.ts'
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost'])
 /** How long cancelled calls get to unwind (kill their processes, remove workspaces) at shutdown. */
@@ -16,14 +17,6 @@ const CANCEL_SETTLE_MS = 3000
 function fail (message: string): never {
   process.stderr.write(`toolport: ${message}\n`)
   process.exit(1)
-}
-
-function createLogger (config: Config): Logger {
-  const redact = { paths: ['req.headers.authorization', 'headers.authorization', '*.token', 'auth.tokens'], censor: '[redacted]' }
-  if (process.stdout.isTTY) {
-    return pino({ level: config.logging.level, redact, transport: { target: 'pino-pretty', options: { colorize: true } } })
-  }
-  return pino({ level: config.logging.level, redact })
 }
 
 /** Reads the config file (if any) and applies HOST and PORT from the environment. */

@@ -1,9 +1,9 @@
 /** The completion log line: one per call, with request_id, tool, workspace, code and duration_ms; secrets redacted. */
 import { Writable } from 'node:stream'
-import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { buildApp } from '../../src/app.ts'
 import { parseConfig } from '../../src/config.ts'
+import { createLogger, REDACTED } from '../../src/logger.ts'
 import { onCleanup, tempDir } from '../helper.ts'
 
 async function appWithLogCapture (overrides: Record<string, unknown> = {}) {
@@ -14,8 +14,9 @@ async function appWithLogCapture (overrides: Record<string, unknown> = {}) {
       done()
     },
   })
-  const logger = pino({ level: 'info', redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' } }, sink)
   const config = parseConfig({ workspaces: { root: await tempDir() }, sandbox: { mode: 'none' }, ...overrides })
+  // The service's own logger, with its redaction, writing into the capture.
+  const logger = createLogger(config, { destination: sink })
   const app = await buildApp(config, { logger, defaultMetrics: false })
   onCleanup(() => app.close())
   await app.runtime.whenReady()
@@ -46,5 +47,14 @@ describe('logging', () => {
     const text = JSON.stringify(lines)
     expect(text).not.toContain('super-secret-token')
     expect(text).not.toContain('wrong-token-value')
+  })
+
+  it('redacts secrets wherever a log line carries them', async () => {
+    const { app, lines } = await appWithLogCapture()
+    app.log.info({ req: { headers: { authorization: 'Bearer h1' } }, headers: { authorization: 'Bearer h2' } }, 'request')
+    app.log.info({ config: { token: 'c1' }, auth: { tokens: [{ token: 'c2' }] }, server: { env: { API_KEY: 'c3' } }, ops: { webhook: 'https://hooks.example/c4' } }, 'config')
+    const text = JSON.stringify(lines)
+    for (const secret of ['h1', 'h2', 'c1', 'c2', 'c3', 'c4']) expect(text).not.toMatch(new RegExp(`\\b${secret}\\b`))
+    expect(lines.find((l) => l['msg'] === 'config')?.['config']).toEqual({ token: REDACTED })
   })
 })
