@@ -62,7 +62,8 @@ export async function extractArchive (archive: Buffer, workspaceDir: string, lim
     await moveInto(staging, workspaceDir, '', report)
     return report
   } finally {
-    await rm(staging, { recursive: true, force: true })
+    // Retried: after a failed extraction, writes still under way can make a directory non-empty for a moment.
+    await rm(staging, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 })
   }
 }
 
@@ -75,6 +76,8 @@ async function unpackInto (archive: Buffer, staging: string, limits: ArchiveLimi
     strict: true,
     preserveOwner: false,
     noChmod: true,
+    // The entry and byte limits below are the real bound; this only stops a pathological stream early.
+    maxDecompressionRatio: MAX_DECOMPRESSION_RATIO,
     filter: (entryPath, stat) => {
       const entry = stat as tar.ReadEntry
       const why = refusal(entry, staging)
@@ -82,19 +85,33 @@ async function unpackInto (archive: Buffer, staging: string, limits: ArchiveLimi
         if (report.skipped.length < 100) report.skipped.push({ path: entryPath, reason: why })
         return false
       }
+      // No setuid, setgid or sticky bits: a workspace file must never become a privileged program.
+      if (typeof entry.mode === 'number') entry.mode &= 0o777
       entries++
       bytes += Number(entry.size ?? 0)
       if (entries > limits.maxEntries) limitError ??= new ToolError('PayloadTooLarge', `the archive has more than ${limits.maxEntries} entries`)
       if (bytes > limits.maxBytes) limitError ??= new ToolError('PayloadTooLarge', `the archive unpacks to more than ${limits.maxBytes} bytes`)
+      // Stop reading (and decompressing) at once: the rest of a bomb is never inflated.
+      if (limitError) extractor.abort(limitError)
       return limitError === undefined
     },
   })
   try {
     await pipeline(Readable.from([archive]), extractor)
   } catch (error) {
-    throw new ToolError('BadRequest', `the archive cannot be read: ${(error as Error).message.split('\n')[0]}`)
+    if (limitError) throw limitError
+    throw unreadable(error as Error, staging)
   }
   if (limitError) throw limitError
+}
+
+const MAX_DECOMPRESSION_RATIO = 100_000
+
+/** A reading failure as the client's problem, without the server's paths. */
+function unreadable (error: Error, staging: string): ToolError {
+  const message = (error.message.split('\n')[0] ?? '').replaceAll(`${staging}/`, '').replaceAll(staging, '.')
+  if (/decompression ratio exceeded/.test(message)) return new ToolError('PayloadTooLarge', `the archive expands more than ${MAX_DECOMPRESSION_RATIO} times`)
+  return new ToolError('BadRequest', `the archive cannot be read: ${message.replace(/(^|[\s'"(])\/[^\s'"]*/g, '$1…')}`)
 }
 
 /**

@@ -56,12 +56,19 @@ export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
       response: { 200: ExtractReply, ...problems(400, 401, 403, 404, 413) },
     },
   }, async (request) => {
-    const lease = await store.acquire(request.principal.tenant, request.params.id)
+    const { tenant } = request.principal
+    const existed = await store.find(tenant, request.params.id).then(() => true, () => false)
+    const lease = await store.acquire(tenant, request.params.id)
     try {
       const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0)
       const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes }
-      const quota = workspaceQuota(lease.dir, runtime.quotaOf(request.principal.tenant).maxWorkspaceBytes)
+      const quota = workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes)
       return { id: request.params.id, ...await extractArchive(body, lease.dir, limits, quota) }
+    } catch (error) {
+      // A refused upload leaves nothing behind, not even the workspace it would have created.
+      await lease.release()
+      if (!existed) await store.delete(tenant, request.params.id).catch(() => {})
+      throw error
     } finally {
       await lease.release()
     }

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs'
-import { readdir, readFile, writeFile } from 'node:fs/promises'
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { describe, expect, it } from 'vitest'
@@ -105,10 +105,48 @@ describe('workspaces', () => {
     expectProblem(await request(app, 'GET', '/v1/workspaces/never/archive'), 404, 'NotFound')
   })
 
+  it('answers a file and then a directory of the same name with a 400 naming no server path, leaving nothing behind', async () => {
+    const app = await buildTestApp()
+    const entries = [{ name: 'dup', content: 'file' }, { name: 'dup/inner', content: 'x' }, ...Array.from({ length: 50 }, (_, i) => ({ name: `more/f${i}`, content: 'y'.repeat(1000) }))]
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const answer = expectProblem(await request(app, 'PUT', '/v1/workspaces/dm/archive', tarOf(entries), { 'content-type': 'application/gzip' }), 400, 'BadRequest')
+      expect(answer['detail']).not.toContain(app.runtime.workspaces.root)
+      expect(answer['detail']).not.toMatch(/staging/)
+    }
+    // Neither the workspace the upload would have created nor any staging directory is left.
+    expectProblem(await request(app, 'GET', '/v1/workspaces/dm'), 404, 'NotFound')
+    expect(await readdir(path.join(app.runtime.workspaces.root, 'tenants', 'default', 'ws')).catch(() => [])).toEqual([])
+  })
+
+  it('strips setuid, setgid and sticky bits, and accepts highly compressible files', async () => {
+    const app = await buildTestApp()
+    const zeros = Buffer.alloc(5 * 1024 * 1024)
+    const answer = await request(app, 'PUT', '/v1/workspaces/modes/archive', tarOf([
+      { name: 'suid', content: '#!/bin/sh\n', mode: 0o4755 },
+      { name: 'sgid', content: 'x', mode: 0o2775 },
+      { name: 'zeros.bin', content: zeros },
+    ]), { 'content-type': 'application/gzip' })
+    expect(answer.status).toBe(200)
+    const dir = (await app.runtime.workspaces.find('default', 'modes')).dir
+    expect((await stat(path.join(dir, 'suid'))).mode & 0o7777).toBe(0o755)
+    expect((await stat(path.join(dir, 'sgid'))).mode & 0o7000).toBe(0)
+    expect((await stat(path.join(dir, 'zeros.bin'))).size).toBe(zeros.length)
+  })
+
+  it('stops inflating a bomb at the byte limit: 413, nothing extracted', async () => {
+    const app = await buildTestApp({ workspaces: { max_archive_bytes: 1024 * 1024 } })
+    const bomb = tarOf(Array.from({ length: 8 }, (_, i) => ({ name: `z${i}`, content: Buffer.alloc(4 * 1024 * 1024) })))
+    expectProblem(await request(app, 'PUT', '/v1/workspaces/bomb/archive', bomb, { 'content-type': 'application/gzip' }), 413, 'PayloadTooLarge')
+    expectProblem(await request(app, 'GET', '/v1/workspaces/bomb'), 404, 'NotFound')
+  })
+
   it('refuses an archive over the entry limit, changing nothing', async () => {
     const app = await buildTestApp({ workspaces: { max_archive_entries: 3 } })
     const entries = Array.from({ length: 5 }, (_, i) => ({ name: `f${i}.txt`, content: 'x' }))
     expectProblem(await request(app, 'PUT', '/v1/workspaces/lim/archive', tarOf(entries), { 'content-type': 'application/gzip' }), 413, 'PayloadTooLarge')
-    expect((await request(app, 'GET', '/v1/workspaces/lim')).body.files).toBe(0)
+    expectProblem(await request(app, 'GET', '/v1/workspaces/lim'), 404, 'NotFound')
+    expect((await request(app, 'POST', '/v1/workspaces', { id: 'lim2' })).status).toBe(201)
+    expectProblem(await request(app, 'PUT', '/v1/workspaces/lim2/archive', tarOf(entries), { 'content-type': 'application/gzip' }), 413, 'PayloadTooLarge')
+    expect((await request(app, 'GET', '/v1/workspaces/lim2')).body.files).toBe(0)
   })
 })

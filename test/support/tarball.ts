@@ -5,7 +5,7 @@
  */
 import { gzipSync } from 'node:zlib'
 
-export interface TarEntry { name: string, type?: 'file' | 'dir' | 'symlink' | 'hardlink', content?: string, linkname?: string }
+export interface TarEntry { name: string, type?: 'file' | 'dir' | 'symlink' | 'hardlink', content?: string | Buffer, linkname?: string, mode?: number }
 
 const TYPE = { file: '0', hardlink: '1', symlink: '2', dir: '5' }
 
@@ -14,7 +14,7 @@ function header (entry: TarEntry, size: number): Buffer {
   const put = (offset: number, length: number, value: string) => h.write(value, offset, Math.min(length, Buffer.byteLength(value)), 'utf8')
   const octal = (value: number, length: number) => `${value.toString(8).padStart(length - 1, '0')}\0`
   put(0, 100, entry.name)
-  put(100, 8, octal(entry.type === 'dir' ? 0o755 : 0o644, 8))
+  put(100, 8, octal(entry.mode ?? (entry.type === 'dir' ? 0o755 : 0o644), 8))
   put(108, 8, octal(0, 8))
   put(116, 8, octal(0, 8))
   put(124, 12, octal(size, 12))
