@@ -14,7 +14,8 @@ import { installAuth } from './http/auth.ts'
 import { answerClientError } from './http/client-errors.ts'
 import { healthRoutes } from './http/health.ts'
 import { mcpRoutes } from './http/mcp.ts'
-import { installProblemHandlers } from './http/problem.ts'
+import { installProblemHandlers, sendProblem } from './http/problem.ts'
+import { ToolError } from './errors.ts'
 import { ProblemSchema } from './http/schemas.ts'
 import { toolCallRoutes } from './http/tool-calls.ts'
 import { toolRoutes } from './http/tools.ts'
@@ -58,6 +59,11 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(config.server.request_timeout_ms / 4))),
     },
     clientErrorHandler: answerClientError,
+    // A URL the router cannot decode (`/v1/workspaces/%FF`) is a problem like any other.
+    frameworkErrors: (error, request, reply) => {
+      reply.header('x-request-id', request.id)
+      return sendProblem(request, reply, new ToolError('BadRequest', `malformed URL: ${error.message}`))
+    },
     // Workspace ids may be 256 bytes, percent-encoded up to three times that.
     routerOptions: { maxParamLength: 1024 },
     genReqId: (request) => requestIdOf(request.headers['x-request-id']),

@@ -17,25 +17,35 @@ declare module 'fastify' {
 /** Sends a ToolError as problem+json (with Retry-After for Overloaded). */
 export function sendProblem (request: FastifyRequest, reply: FastifyReply, error: ToolError): FastifyReply {
   if (error.retryAfterSeconds !== undefined) reply.header('retry-after', String(error.retryAfterSeconds))
+  // RFC 9110: a 401 names the scheme it wants.
+  if (error.code === 'Unauthorized') reply.header('www-authenticate', 'Bearer realm="toolport"')
   return reply
     .code(error.status)
     .type(PROBLEM_CONTENT_TYPE)
     .send(toProblem(error, request.id, request.toolName))
 }
 
-function fromFastifyError (error: FastifyError): ToolError {
+function fromFastifyError (error: FastifyError, request: FastifyRequest): ToolError {
   if (error instanceof ToolError) return error
   if (error.validation) {
     const first = error.validation[0]
+    // JSON sent as text/plain (or no body at all) parses to a string: say what to send, not "must be object".
+    if (error.validationContext === 'body' && first?.instancePath === '' && typeof request.body !== 'object') {
+      return new ToolError('BadRequest', 'the body must be a JSON object, sent with Content-Type: application/json')
+    }
     const where = `${error.validationContext ?? 'request'}${first?.instancePath.replace(/\//g, '.') ?? ''}`
-    const extra = first?.keyword === 'additionalProperties' ? ` "${String(first.params['additionalProperty'])}"` : ''
+    const extra = first?.keyword === 'additionalProperties'
+      ? ` "${String(first.params['additionalProperty'])}"`
+      : first?.keyword === 'enum' ? `: ${(first.params['allowedValues'] as unknown[]).map(String).join(', ')}` : ''
     return new ToolError('BadRequest', `${where} ${first?.message ?? 'is invalid'}${extra}`)
   }
   switch (error.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new ToolError('PayloadTooLarge', 'the request body is larger than the configured limit')
+      return new ToolError('PayloadTooLarge', `the request body is larger than the limit of ${request.routeOptions.bodyLimit ?? 'the configured'} bytes`)
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new ToolError('BadRequest', 'unsupported content type: send application/json')
+      return new ToolError('BadRequest', request.url.endsWith('/archive')
+        ? 'unsupported content type: send the .tar.gz as application/gzip'
+        : 'unsupported content type: send application/json')
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new ToolError('BadRequest', 'the body is empty; send a JSON object')
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
@@ -59,7 +69,7 @@ export function installProblemHandlers (app: FastifyInstance): void {
     if (ROUTES_NAMING_A_TOOL.has(request.routeOptions.url ?? '')) request.toolName = (request.params as { name?: string }).name
   })
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const problem = fromFastifyError(error)
+    const problem = fromFastifyError(error, request)
     if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
     return sendProblem(request, reply, problem)
   })

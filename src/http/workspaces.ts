@@ -29,6 +29,12 @@ export const ARCHIVE_CONTENT_TYPES = ['application/gzip', 'application/x-gzip', 
 export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
   const store = runtime.workspaces
   app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
+  // Every member of a creation is optional, so an empty JSON body asks for the defaults.
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '' && request.method === 'POST' && request.url === '/v1/workspaces') return done(null, {})
+    parseJson(request, String(body), done)
+  })
 
   app.post<{ Body: Static<typeof CreateBody> | undefined }>('/v1/workspaces', {
     schema: { summary: 'Create a persistent workspace', tags: ['workspaces'], body: CreateBody, response: { 201: Created, ...problems(400, 401, 403, 409) } },
