@@ -141,7 +141,8 @@ export class WorkspaceStore {
     if (cached) {
       // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
       const made = await cached.ready.then(() => true, () => false)
-      if (made && Date.now() - cached.checkedAt < (this.#options.recheckMs ?? DEFAULT_RECHECK_MS)) return cached
+      const fresh = Date.now() - cached.checkedAt < (this.#options.recheckMs ?? DEFAULT_RECHECK_MS)
+      if (made && fresh && cached.expiresAt > Date.now()) return cached
     }
     const meta = await this.#layout.read(tenant, id)
     if (!meta) {
@@ -151,6 +152,12 @@ export class WorkspaceStore {
     const entry = this.#entries.get(key) ?? this.#adopt(meta)
     entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
     entry.checkedAt = Date.now()
+    if (entry.expiresAt <= Date.now() && entry.users === 0) {
+      // Expired is gone, whether or not the sweeper has come by yet.
+      if (this.#entries.get(key) === entry) this.#entries.delete(key)
+      await this.#layout.remove(tenant, id)
+      throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
+    }
     return entry
   }
 

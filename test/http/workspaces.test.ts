@@ -49,6 +49,18 @@ describe('workspaces', () => {
     expect(await readdir(path.join(app.runtime.workspaces.root))).toEqual(['ephemeral'])
   })
 
+  it('treats an expired workspace as gone at once, before any sweep', async () => {
+    const app = await buildTestApp({ workspaces: { sweep_interval_seconds: 3600 } })
+    expect((await request(app, 'POST', '/v1/workspaces', { id: 'short', ttl_seconds: 1 })).status).toBe(201)
+    await exec(app, 'write_file', { path: 'a.txt', content: 'old' }, { workspace: 'short' })
+    const dir = app.runtime.workspaces.get('default', 'short').dir
+    await new Promise((resolve) => setTimeout(resolve, 1200))
+    expectProblem(await request(app, 'GET', '/v1/workspaces/short'), 404, 'NotFound')
+    expect(existsSync(dir)).toBe(false)
+    expect((await request(app, 'POST', '/v1/workspaces', { id: 'short' })).status).toBe(201)
+    expectProblem(await exec(app, 'read_file', { path: 'a.txt' }, { workspace: 'short' }), 404, 'FileNotFound', 'read_file')
+  })
+
   it('keeps a 256-byte id', async () => {
     const app = await buildTestApp()
     const id = 'w'.repeat(256)
