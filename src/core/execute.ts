@@ -89,6 +89,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   let workspaceId: string | null = null
   let outcome: Outcome
   try {
+    // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
+    toolName = services.registry.get(call.name)?.name ?? call.name
     const tool = findTool(services.registry, call.name, caller.scope)
     toolName = tool.name
     metricName = tool.name

@@ -36,7 +36,8 @@ export function toolRoutes (app: FastifyInstance, runtime: Runtime): void {
   app.get<{ Querystring: Static<typeof CatalogQuery> }>('/v1/tools', {
     schema: { summary: 'The tool catalog, sorted by name', tags: ['tools'], querystring: CatalogQuery, response: { 200: Type.Object({ tools: Type.Array(JsonObject) }), ...problems(400, 401) } },
   }, async (request) => {
-    const allowed = request.query.allowed === undefined ? undefined : globMatcher(parseGlobList(request.query.allowed))
+    // An empty `allowed=` filters nothing, as if absent.
+    const allowed = (request.query.allowed ?? '').trim() === '' ? undefined : globMatcher(parseGlobList(request.query.allowed ?? ''))
     const tools = runtime.registry.list({ scope: request.principal.scope, allowed })
     return catalog(tools, request.query.format ?? 'native')
   })

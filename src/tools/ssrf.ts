@@ -21,13 +21,19 @@ export type Resolver = (hostname: string) => Promise<Array<{ address: string, fa
 
 export const systemResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true })
 
+/** ipaddr.js's range name in words, with its article: `linkLocal` → "a link-local". */
+function describeRange (range: string): string {
+  const words = range === 'carrierGradeNat' ? 'carrier-grade NAT (CGNAT)' : range.replace(/([a-z])([A-Z0-9])/g, '$1-$2').toLowerCase()
+  return `${/^(?!uni)[aeiou]/i.test(words) ? 'an' : 'a'} ${words}`
+}
+
 /** Why an address is refused, or null when it is a public unicast address. */
 export function refusalOf (address: string): string | null {
   if (!ipaddr.isValid(address)) return 'not an IP address'
   // process() turns an IPv4-mapped IPv6 address into the IPv4 address it carries.
   const parsed = ipaddr.process(address)
   const range = parsed.range()
-  if (range !== 'unicast') return `${address} is a ${range} address`
+  if (range !== 'unicast') return `${address} is ${describeRange(range)} address`
   // ::a.b.c.d (IPv4-compatible, deprecated) is no range of ipaddr.js's but must not pass as public.
   if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).parts.slice(0, 6).every((part) => part === 0)) return `${address} is an IPv4-compatible address`
   return null

@@ -4,6 +4,7 @@ import { ToolError } from '../errors.ts'
 import { resolveInWorkspace } from '../core/paths.ts'
 import { defineBuiltin } from './define.ts'
 import { writeContained } from './fs-helpers.ts'
+import { namesDirectory } from './path-syntax.ts'
 
 export const writeFileTool = defineBuiltin({
   name: 'write_file',
@@ -15,6 +16,7 @@ export const writeFileTool = defineBuiltin({
   async execute (args, ctx) {
     const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'path names the workspace itself, not a file')
+    if (namesDirectory(args.path)) throw new ToolError('InvalidArgs', `${JSON.stringify(args.path)} ends with a slash: it names a directory, not a file`)
     await writeContained(ctx.workspaceDir, absolute, args.path, args.content, { createParents: true, quota: ctx.quota })
     return { message: `Successfully wrote ${Buffer.byteLength(args.content)} bytes to ${args.path}` }
   },

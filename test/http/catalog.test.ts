@@ -35,6 +35,8 @@ describe('GET /v1/tools', () => {
     const app = await buildTestApp()
     expect((await catalog(app, '?allowed=read_*,write_file')).map((t) => t.name)).toEqual(['read_file', 'write_file'])
     expect((await catalog(app, '?format=openai&allowed=memory_*')).map((t) => t.function.name)).toEqual(['memory_read', 'memory_write'])
+    // An empty `allowed=` filters nothing.
+    expect(await catalog(app, '?allowed=')).toEqual(await catalog(app, ''))
   })
 
   it('refuses an unknown format with a 400', async () => {

@@ -37,6 +37,9 @@ describe('error table', () => {
     const app = await buildTestApp({ auth: { tokens: [{ token: 'reader', tenant: 't', allowed_tools: ['read_*'] }] } })
     const response = await app.inject({ method: 'POST', url: '/v1/tools/write_file/execute', headers: { authorization: 'Bearer reader' }, payload: { arguments: { path: 'a', content: 'b' } } })
     expectProblem({ status: response.statusCode, body: response.json(), headers: response.headers }, 403, 'PermissionDenied', 'write_file')
+    // A built-in named in another case is reported by its registered name.
+    const upper = await app.inject({ method: 'POST', url: '/v1/tools/WRITE_FILE/execute', headers: { authorization: 'Bearer reader' }, payload: { arguments: { path: 'a', content: 'b' } } })
+    expectProblem({ status: upper.statusCode, body: upper.json(), headers: upper.headers }, 403, 'PermissionDenied', 'write_file')
   })
 
   it('NotFound 404: no such tool, no such workspace', async () => {

@@ -8,6 +8,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { beforeEach, describe, expect, it } from 'vitest'
+import { refusalOf } from '../../src/tools/ssrf.ts'
 import { buildTestApp, exec } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { type HttpServer, startHttpServer } from '../support/servers.ts'
@@ -93,6 +94,14 @@ async function defaultPolicyApp (): Promise<FastifyInstance> {
 describe('web_fetch refuses SSRF vectors under the default policy', () => {
   it('has at least 30 vectors', () => {
     expect(vectors(1).length).toBeGreaterThanOrEqual(30)
+  })
+
+  it('says in words why an address is refused', () => {
+    expect(refusalOf('0.0.0.0')).toBe('0.0.0.0 is an unspecified address')
+    expect(refusalOf('169.254.169.254')).toBe('169.254.169.254 is a link-local address')
+    expect(refusalOf('fd00::1')).toBe('fd00::1 is a unique-local address')
+    expect(refusalOf('100.64.0.1')).toBe('100.64.0.1 is a carrier-grade NAT (CGNAT) address')
+    expect(refusalOf('8.8.8.8')).toBeNull()
   })
 
   for (const [name, url] of vectors(0)) {

@@ -30,6 +30,9 @@ describe('write_file', () => {
     expect(await codeOf(writeFileTool.execute({ path: 'out/x.txt', content: 'x' }, ctx))).toBe('InvalidPath')
     expect(await codeOf(writeFileTool.execute({ path: 'dir', content: 'x' }, ctx))).toBe('InvalidArgs')
     expect(await codeOf(writeFileTool.execute({ path: '.', content: 'x' }, ctx))).toBe('InvalidArgs')
+    // A trailing slash names a directory: no file called `newdir` appears.
+    expect(await codeOf(writeFileTool.execute({ path: 'newdir/', content: 'x' }, ctx))).toBe('InvalidArgs')
+    expect(await readdir(ctx.workspaceDir)).toEqual(['dir', 'out'])
     expect(await readdir(outside)).toEqual([])
   })
 })

@@ -77,10 +77,14 @@ describe('omega read', () => {
     await exec(app, 'write', { file_path: 'small.txt', content: 'héllo\n' }, { workspace: 'r' })
     expect((await exec(app, 'read', { file_path: 'small.txt' }, { workspace: 'r' })).body.result).toEqual({ content: 'héllo\n' })
     await exec(app, 'write', { file_path: 'big.txt', content: 'z'.repeat(60_000) }, { workspace: 'r' })
-    expect((await exec(app, 'read', { file_path: 'big.txt' }, { workspace: 'r' })).body.result.content)
+    const big = (await exec(app, 'read', { file_path: 'big.txt' }, { workspace: 'r' })).body
+    expect(big.truncated).toBe(true)
+    expect(big.result.content)
       .toBe(`${'z'.repeat(50_000)}\n... (output truncated: 60000 total chars, showing first 50000)`)
     await exec(app, 'write', { file_path: 'exact.txt', content: 'y'.repeat(50_000) }, { workspace: 'r' })
-    expect((await exec(app, 'read', { file_path: 'exact.txt' }, { workspace: 'r' })).body.result.content).toBe('y'.repeat(50_000))
+    const exact = (await exec(app, 'read', { file_path: 'exact.txt' }, { workspace: 'r' })).body
+    expect([exact.truncated, exact.result.content]).toEqual([false, 'y'.repeat(50_000)])
+    expectProblem(await exec(app, 'write', { file_path: 'newdir/', content: 'x' }, { workspace: 'r' }), 400, 'InvalidArgs', 'write')
   })
 
   it('counts characters, not bytes', async () => {

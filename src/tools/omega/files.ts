@@ -8,6 +8,7 @@ import { ToolError } from '../../errors.ts'
 import { resolveInWorkspace } from '../../core/paths.ts'
 import { defineBuiltin } from '../define.ts'
 import { existingPath, openContained, readPrefix, serialised, writeContained } from '../fs-helpers.ts'
+import { namesDirectory } from '../path-syntax.ts'
 import { MAX_EDIT_BYTES } from '../edit-file.ts'
 import { truncateOutput } from './truncate-output.ts'
 
@@ -26,6 +27,7 @@ export const readTool = defineBuiltin({
       // 4 bytes a character at most: this prefix always holds the first 50,000 characters.
       const text = (await readPrefix(handle, MAX_READ_OUTPUT * 4)).toString('utf8')
       const total = stat.size > MAX_READ_OUTPUT * 4 ? stat.size : text.length
+      if (total > MAX_READ_OUTPUT) ctx.markTruncated?.()
       return { content: truncateOutput(text, MAX_READ_OUTPUT, total) }
     } finally {
       await handle.close()
@@ -40,6 +42,7 @@ export const writeTool = defineBuiltin({
   async execute (args, ctx) {
     const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.file_path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'file_path names the workspace itself')
+    if (namesDirectory(args.file_path)) throw new ToolError('InvalidArgs', `${JSON.stringify(args.file_path)} ends with a slash: it names a directory, not a file`)
     const bytes = Buffer.byteLength(args.content)
     await writeContained(ctx.workspaceDir, absolute, args.file_path, args.content, { createParents: true, quota: ctx.quota })
     return { content: `Wrote ${bytes} bytes to ${args.file_path}`, bytes }
