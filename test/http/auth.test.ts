@@ -7,6 +7,7 @@ import { existsSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
+import { execAs, requestAs } from '../support/requests.ts'
 import { tarOf } from '../support/tarball.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -21,66 +22,51 @@ async function authApp (): Promise<App> {
   return buildTestApp({ auth: { tokens: TOKENS } })
 }
 
-async function call (app: App, token: string | null, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?: unknown, headers: Record<string, string> = {}) {
-  const response = await app.inject({
-    method,
-    url,
-    payload: payload as string,
-    headers: { ...(token === null ? {} : { authorization: `Bearer ${token}` }), ...headers },
-  })
-  let body: any = response.body
-  try { body = response.json() } catch {}
-  return { status: response.statusCode, body, headers: response.headers }
-}
-
-const execAs = (app: App, token: string, tool: string, args: unknown, workspace?: string) =>
-  call(app, token, 'POST', `/v1/tools/${tool}/execute`, { arguments: args, ...(workspace ? { workspace } : {}) })
-
 describe('bearer tokens', () => {
   it('needs a known Bearer token on every /v1 route; other schemes are 401', async () => {
     const app = await authApp()
     for (const [method, url] of [['GET', '/v1/tools'], ['GET', '/v1/tools/read_file'], ['POST', '/v1/tools/read_file/execute'], ['POST', '/v1/tool-calls'], ['POST', '/v1/workspaces'], ['GET', '/v1/workspaces/x'], ['GET', '/v1/nope']] as const) {
-      expectProblem(await call(app, null, method, url, method === 'POST' ? {} : undefined), 401, 'Unauthorized')
-      expectProblem(await call(app, 'wrong', method, url, method === 'POST' ? {} : undefined), 401, 'Unauthorized')
+      expectProblem(await requestAs(app, null, method, url, method === 'POST' ? {} : undefined), 401, 'Unauthorized')
+      expectProblem(await requestAs(app, 'wrong', method, url, method === 'POST' ? {} : undefined), 401, 'Unauthorized')
     }
-    const basic = await call(app, null, 'GET', '/v1/tools', undefined, { authorization: `Basic ${Buffer.from('acme-all:').toString('base64')}` })
+    const basic = await requestAs(app, null, 'GET', '/v1/tools', undefined, { authorization: `Basic ${Buffer.from('acme-all:').toString('base64')}` })
     expectProblem(basic, 401, 'Unauthorized')
     // A token that is a prefix, or has a suffix, of a real one is not it.
-    expectProblem(await call(app, 'acme-al', 'GET', '/v1/tools'), 401, 'Unauthorized')
-    expectProblem(await call(app, 'acme-all2', 'GET', '/v1/tools'), 401, 'Unauthorized')
-    expect((await call(app, 'acme-all', 'GET', '/v1/tools')).status).toBe(200)
+    expectProblem(await requestAs(app, 'acme-al', 'GET', '/v1/tools'), 401, 'Unauthorized')
+    expectProblem(await requestAs(app, 'acme-all2', 'GET', '/v1/tools'), 401, 'Unauthorized')
+    expect((await requestAs(app, 'acme-all', 'GET', '/v1/tools')).status).toBe(200)
   })
 
   it('names the tool in a 401 of a route that names one', async () => {
     const app = await authApp()
-    expectProblem(await call(app, null, 'POST', '/v1/tools/read_file/execute', { arguments: {} }), 401, 'Unauthorized', 'read_file')
+    expectProblem(await requestAs(app, null, 'POST', '/v1/tools/read_file/execute', { arguments: {} }), 401, 'Unauthorized', 'read_file')
   })
 
   it('leaves health, readiness, metrics and the OpenAPI document open', async () => {
     const app = await authApp()
-    for (const url of ['/healthz', '/readyz', '/metrics', '/openapi.json']) expect((await call(app, null, 'GET', url)).status, url).toBe(200)
+    for (const url of ['/healthz', '/readyz', '/metrics', '/openapi.json']) expect((await requestAs(app, null, 'GET', url)).status, url).toBe(200)
   })
 })
 
 describe('token scopes', () => {
   it('shows a token only its tools, in every format', async () => {
     const app = await authApp()
-    const names = (await call(app, 'acme-read', 'GET', '/v1/tools')).body.tools.map((t: { name: string }) => t.name)
+    const names = (await requestAs(app, 'acme-read', 'GET', '/v1/tools')).body.tools.map((t: { name: string }) => t.name)
     expect(names).toEqual(['list_directory', 'read_file'])
-    const openai = (await call(app, 'acme-read', 'GET', '/v1/tools?format=openai')).body.tools.map((t: { function: { name: string } }) => t.function.name)
+    const openai = (await requestAs(app, 'acme-read', 'GET', '/v1/tools?format=openai')).body.tools.map((t: { function: { name: string } }) => t.function.name)
     expect(openai).toEqual(['list_directory', 'read_file'])
     // `allowed` narrows the scope further but never widens it.
-    const widened = (await call(app, 'acme-read', 'GET', '/v1/tools?allowed=*')).body.tools.map((t: { name: string }) => t.name)
+    const widened = (await requestAs(app, 'acme-read', 'GET', '/v1/tools?allowed=*')).body.tools.map((t: { name: string }) => t.name)
     expect(widened).toEqual(['list_directory', 'read_file'])
-    expectProblem(await call(app, 'acme-read', 'GET', '/v1/tools/exec_shell'), 404, 'NotFound', 'exec_shell')
-    expect((await call(app, 'acme-read', 'GET', '/v1/tools/read_file')).status).toBe(200)
+    expectProblem(await requestAs(app, 'acme-read', 'GET', '/v1/tools/exec_shell'), 404, 'NotFound', 'exec_shell')
+    expect((await requestAs(app, 'acme-read', 'GET', '/v1/tools/read_file')).status).toBe(200)
   })
 
   it('refuses a call outside the scope with 403, alone or in a batch, and runs nothing', async () => {
     const app = await authApp()
     expectProblem(await execAs(app, 'acme-read', 'write_file', { path: 'x.txt', content: 'no' }, 'scoped'), 403, 'PermissionDenied', 'write_file')
     expectProblem(await execAs(app, 'acme-read', 'WRITE_FILE', { path: 'x.txt', content: 'no' }, 'scoped'), 403, 'PermissionDenied')
-    const batch = await call(app, 'acme-read', 'POST', '/v1/tool-calls', {
+    const batch = await requestAs(app, 'acme-read', 'POST', '/v1/tool-calls', {
       workspace: 'scoped',
       calls: [
         { id: 'a', name: 'write_file', arguments: { path: 'y.txt', content: 'no' } },
@@ -97,18 +83,18 @@ describe('token scopes', () => {
 describe('tenants', () => {
   it('never lets one tenant see, use, download or delete another tenant\'s workspace', async () => {
     const app = await authApp()
-    expect((await call(app, 'acme-all', 'POST', '/v1/workspaces', { id: 'plans' })).status).toBe(201)
+    expect((await requestAs(app, 'acme-all', 'POST', '/v1/workspaces', { id: 'plans' })).status).toBe(201)
     expect((await execAs(app, 'acme-all', 'write_file', { path: 'secret.txt', content: 'acme only' }, 'plans')).status).toBe(200)
     const acmeDir = app.runtime.workspaces.get('acme', 'plans').dir
 
-    expectProblem(await call(app, 'beta-all', 'GET', '/v1/workspaces/plans'), 404, 'NotFound')
-    expectProblem(await call(app, 'beta-all', 'GET', '/v1/workspaces/plans/archive'), 404, 'NotFound')
-    expectProblem(await call(app, 'beta-all', 'DELETE', '/v1/workspaces/plans'), 404, 'NotFound')
+    expectProblem(await requestAs(app, 'beta-all', 'GET', '/v1/workspaces/plans'), 404, 'NotFound')
+    expectProblem(await requestAs(app, 'beta-all', 'GET', '/v1/workspaces/plans/archive'), 404, 'NotFound')
+    expectProblem(await requestAs(app, 'beta-all', 'DELETE', '/v1/workspaces/plans'), 404, 'NotFound')
     // Beta naming the same id gets a workspace of its own, empty.
     expectProblem(await execAs(app, 'beta-all', 'read_file', { path: 'secret.txt' }, 'plans'), 404, 'FileNotFound', 'read_file')
-    const upload = await call(app, 'beta-all', 'PUT', '/v1/workspaces/plans/archive', tarOf([{ name: 'secret.txt', content: 'overwritten by beta' }]), { 'content-type': 'application/gzip' })
+    const upload = await requestAs(app, 'beta-all', 'PUT', '/v1/workspaces/plans/archive', tarOf([{ name: 'secret.txt', content: 'overwritten by beta' }]), { 'content-type': 'application/gzip' })
     expect(upload.status).toBe(200)
-    expect((await call(app, 'beta-all', 'POST', '/v1/workspaces', { id: 'plans' })).status).toBe(409)
+    expect((await requestAs(app, 'beta-all', 'POST', '/v1/workspaces', { id: 'plans' })).status).toBe(409)
 
     expect(existsSync(acmeDir)).toBe(true)
     expect((await execAs(app, 'acme-all', 'read_file', { path: 'secret.txt' }, 'plans')).body.result.content).toBe('acme only')
@@ -119,6 +105,6 @@ describe('tenants', () => {
     const app = await authApp()
     expect((await execAs(app, 'acme-all', 'write_file', { path: 'note.txt', content: 'shared' }, 'team')).status).toBe(200)
     expect((await execAs(app, 'acme-read', 'read_file', { path: 'note.txt' }, 'team')).body.result.content).toBe('shared')
-    expect((await call(app, 'acme-read', 'GET', '/v1/workspaces/team')).body).toMatchObject({ id: 'team', files: 1 })
+    expect((await requestAs(app, 'acme-read', 'GET', '/v1/workspaces/team')).body).toMatchObject({ id: 'team', files: 1 })
   })
 })

@@ -9,48 +9,38 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
+import { execAs, requestAs } from '../support/requests.ts'
 import { tarOf } from '../support/tarball.ts'
 
-type App = Awaited<ReturnType<typeof buildTestApp>>
 
 const TOKENS = [
   { token: 'acme', tenant: 'acme', allowed_tools: ['*'] },
   { token: 'beta', tenant: 'beta', allowed_tools: ['*'] },
 ]
 
-async function call (app: App, token: string, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?: unknown, headers: Record<string, string> = {}) {
-  const response = await app.inject({ method, url, payload: payload as string, headers: { authorization: `Bearer ${token}`, ...headers } })
-  let body: any = response.body
-  try { body = response.json() } catch {}
-  return { status: response.statusCode, body, headers: response.headers }
-}
-
-const execAs = (app: App, token: string, tool: string, args: unknown, workspace?: string) =>
-  call(app, token, 'POST', `/v1/tools/${tool}/execute`, { arguments: args, ...(workspace ? { workspace } : {}) })
-
 describe('workspace count quota', () => {
   it('refuses a tenant\'s workspace beyond its quota, explicit or implicit, and frees a place on delete', async () => {
     const app = await buildTestApp({ auth: { tokens: TOKENS }, workspaces: { max_per_tenant: 2, tenant_quotas: { beta: { max_workspaces: 3 } } } })
-    expect((await call(app, 'acme', 'POST', '/v1/workspaces', { id: 'one' })).status).toBe(201)
+    expect((await requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: 'one' })).status).toBe(201)
     expect((await execAs(app, 'acme', 'write_file', { path: 'a', content: 'a' }, 'two')).status).toBe(200)
-    const refused = expectProblem(await call(app, 'acme', 'POST', '/v1/workspaces', { id: 'three' }), 403, 'PermissionDenied')
+    const refused = expectProblem(await requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: 'three' }), 403, 'PermissionDenied')
     expect(refused['detail']).toMatch(/quota of 2 workspaces/)
     expectProblem(await execAs(app, 'acme', 'write_file', { path: 'a', content: 'a' }, 'three'), 403, 'PermissionDenied', 'write_file')
-    expectProblem(await call(app, 'acme', 'PUT', '/v1/workspaces/three/archive', tarOf([{ name: 'a', content: 'a' }]), { 'content-type': 'application/gzip' }), 403, 'PermissionDenied')
+    expectProblem(await requestAs(app, 'acme', 'PUT', '/v1/workspaces/three/archive', tarOf([{ name: 'a', content: 'a' }]), { 'content-type': 'application/gzip' }), 403, 'PermissionDenied')
     expect(existsSync(path.join(app.runtime.workspaces.root, 'tenants', 'acme', 'ws', 'three'))).toBe(false)
     // Existing workspaces keep working, and calls without a workspace are not counted.
     expect((await execAs(app, 'acme', 'write_file', { path: 'b', content: 'b' }, 'one')).status).toBe(200)
     expect((await execAs(app, 'acme', 'write_file', { path: 'b', content: 'b' })).status).toBe(200)
     // Another tenant has its own count, with its own override.
-    for (const id of ['x', 'y', 'z']) expect((await call(app, 'beta', 'POST', '/v1/workspaces', { id })).status).toBe(201)
-    expectProblem(await call(app, 'beta', 'POST', '/v1/workspaces', { id: 'w' }), 403, 'PermissionDenied')
-    expect((await call(app, 'acme', 'DELETE', '/v1/workspaces/one')).status).toBe(204)
-    expect((await call(app, 'acme', 'POST', '/v1/workspaces', { id: 'three' })).status).toBe(201)
+    for (const id of ['x', 'y', 'z']) expect((await requestAs(app, 'beta', 'POST', '/v1/workspaces', { id })).status).toBe(201)
+    expectProblem(await requestAs(app, 'beta', 'POST', '/v1/workspaces', { id: 'w' }), 403, 'PermissionDenied')
+    expect((await requestAs(app, 'acme', 'DELETE', '/v1/workspaces/one')).status).toBe(204)
+    expect((await requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: 'three' })).status).toBe(201)
   })
 
   it('holds under concurrent creations', async () => {
     const app = await buildTestApp({ auth: { tokens: TOKENS }, workspaces: { max_per_tenant: 3 } })
-    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => call(app, 'acme', 'POST', '/v1/workspaces', { id: `c${i}` })))
+    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: `c${i}` })))
     expect(answers.filter((a) => a.status === 201)).toHaveLength(3)
     expect(answers.filter((a) => a.status === 403)).toHaveLength(9)
     expect(app.runtime.workspaces.countOf('acme')).toBe(3)
@@ -89,7 +79,7 @@ describe('workspace byte quota', () => {
   it('refuses an archive that would go over, extracting nothing', async () => {
     const app = await buildTestApp({ workspaces: { max_bytes: 4096 } })
     const upload = (entries: Array<{ name: string, content: string }>) =>
-      call(app, '', 'PUT', '/v1/workspaces/arc/archive', tarOf(entries), { 'content-type': 'application/gzip' })
+      requestAs(app, '', 'PUT', '/v1/workspaces/arc/archive', tarOf(entries), { 'content-type': 'application/gzip' })
     expect((await upload([{ name: 'a.txt', content: 'a'.repeat(2000) }])).status).toBe(200)
     expectProblem(await upload([{ name: 'b.txt', content: 'b'.repeat(1000) }, { name: 'c.txt', content: 'c'.repeat(2000) }]), 413, 'PayloadTooLarge')
     const dir = app.runtime.workspaces.get('default', 'arc').dir

@@ -10,18 +10,9 @@ import { createExecShellTool, DEFAULT_DENYLIST } from '../../src/tools/exec-shel
 import { buildTestApp, exec, tempDir } from '../helper.ts'
 import { codeOf, toolContext } from '../support/context.ts'
 import { expectProblem } from '../support/problem.ts'
+import { alive } from '../support/processes.ts'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** A process counts as alive unless it is gone or a zombie waiting to be reaped. */
-async function alive (pid: number): Promise<boolean> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z'
-  } catch {
-    return false
-  }
-}
 
 /** Polls until `pid` is dead (SIGKILL is delivered asynchronously), or 3 s pass. */
 async function deadSoon (pid: number): Promise<boolean> {

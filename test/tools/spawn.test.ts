@@ -10,17 +10,9 @@ import { createSpawnTool } from '../../src/tools/spawn.ts'
 import { buildTestApp, exec, tempDir } from '../helper.ts'
 import { toolContext } from '../support/context.ts'
 import { expectProblem } from '../support/problem.ts'
+import { alive } from '../support/processes.ts'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-async function alive (pid: number): Promise<boolean> {
-  try {
-    const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z'
-  } catch {
-    return false
-  }
-}
 
 async function linesOf (file: string, count: number): Promise<string[]> {
   const deadline = Date.now() + 10_000
