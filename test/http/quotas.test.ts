@@ -12,7 +12,6 @@ import { expectProblem } from '../support/problem.ts'
 import { execAs, requestAs } from '../support/requests.ts'
 import { tarOf } from '../support/tarball.ts'
 
-
 const TOKENS = [
   { token: 'acme', tenant: 'acme', allowed_tools: ['*'] },
   { token: 'beta', tenant: 'beta', allowed_tools: ['*'] },
