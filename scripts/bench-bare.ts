@@ -2,14 +2,16 @@
  * The baseline of the benchmark: a bare Fastify server doing what a Toolport
  * call does at its core, with nothing around it.
  *   GET  /healthz       answers ok (readiness)
- *   GET  /read          reads BENCH_FILE (the same 1 KiB file) and answers it as JSON
+ *   POST /read          takes the same JSON body as Toolport's execute (`{workspace, arguments: {path}}`),
+ *                       reads that file in BENCH_DIR (the same 1 KiB file) and answers it as JSON
  *   POST /spawn/:kind   runs the argv of BENCH_ARGV_<KIND> (JSON) in BENCH_CWD and answers its exit code
  */
 import { spawn } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
+import path from 'node:path'
 import Fastify from 'fastify'
 
-const file = process.env['BENCH_FILE'] ?? ''
+const dir = process.env['BENCH_DIR'] ?? ''
 const cwd = process.env['BENCH_CWD'] ?? process.cwd()
 const argvOf = (kind: string): string[] => JSON.parse(process.env[`BENCH_ARGV_${kind.toUpperCase()}`] ?? '[]') as string[]
 
@@ -26,7 +28,8 @@ function run (argv: string[]): Promise<number | null> {
 
 const app = Fastify({ logger: false })
 app.get('/healthz', async () => ({ status: 'ok' }))
-app.get('/read', async () => ({ content: await readFile(file, 'utf8') }))
+// What a minimal honest endpoint does: parse the JSON body, read the file it names, answer JSON (no containment check).
+app.post<{ Body: { arguments: { path: string } } }>('/read', async (request) => ({ content: await readFile(path.join(dir, request.body.arguments.path), 'utf8') }))
 app.post<{ Params: { kind: string } }>('/spawn/:kind', async (request) => ({ exit_code: await run(argvOf(request.params.kind)) }))
 await app.listen({ host: '127.0.0.1', port: Number(process.env['PORT']) })
 process.once('SIGTERM', () => { void app.close().then(() => process.exit(0)) })

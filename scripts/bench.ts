@@ -73,9 +73,9 @@ async function benchReads (toolport: Child, bare: Child): Promise<void> {
   const readBody = { workspace: 'bench', arguments: { path: 'data.txt' } }
   console.log('\nread_file of a 1 KiB file vs a bare Fastify route reading it')
   for (const connections of [1, 32]) {
-    await load({ url: `${bare.base}/read`, connections, seconds: 1 })
+    await load({ url: `${bare.base}/read`, connections, seconds: 1, body: readBody })
     await load({ url: execute(toolport.base, 'read_file'), connections, seconds: 1, body: readBody })
-    const bareResult = await load({ url: `${bare.base}/read`, connections, seconds: SECONDS })
+    const bareResult = await load({ url: `${bare.base}/read`, connections, seconds: SECONDS, body: readBody })
     const { peak, value: toolportResult } = await peakRss(toolport.pid, () => load({ url: execute(toolport.base, 'read_file'), connections, seconds: SECONDS, body: readBody }))
     compareRead(`${connections} connection${connections > 1 ? 's' : ''}:`, toolportResult, bareResult)
     if (connections === 32) report('RSS under load (32 connections of read_file)', `${Math.round(peak)} MiB`, '')
@@ -136,7 +136,7 @@ async function main (): Promise<void> {
     const scratch = await mkdtemp(path.join(dir, 'scratch-'))
     const plainArgv = await rawArgv('none', scratch, [])
     const bare = await startNode([path.join(ROOT, 'scripts', 'bench-bare.ts')], {
-      BENCH_FILE: file, BENCH_CWD: scratch, BENCH_ARGV_PLAIN: JSON.stringify(plainArgv),
+      BENCH_DIR: path.dirname(file), BENCH_CWD: scratch, BENCH_ARGV_PLAIN: JSON.stringify(plainArgv),
     }, '/healthz', path.join(dir, 'bare.log'))
     servers.push(bare)
 

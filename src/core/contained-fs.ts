@@ -15,6 +15,13 @@ import path from 'node:path'
 import { ToolError } from '../errors.ts'
 
 const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
+/**
+ * A file opened for reading: never through a symlink at its own name, and
+ * never blocking — a FIFO a command left in the workspace would otherwise
+ * hold a thread-pool thread until someone writes to it. For regular files
+ * O_NONBLOCK changes nothing.
+ */
+export const READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
 
 /** An open directory inside the workspace; `at(name)` names an entry of it, immune to path swaps. */
 export interface ContainedDirectory {
@@ -57,6 +64,35 @@ export async function openContainedDirectory (workspaceDir: string, relativeDir:
   }
   const fd = current.fd
   return { at: (name) => `/proc/self/fd/${fd}/${name}`, close: () => current.close() }
+}
+
+/**
+ * The shortcut past the walk, for a name right inside the workspace: the
+ * workspace directory itself is canonical and out of every tool's reach, and
+ * O_NOFOLLOW refuses a symlink at the name, so one open is as safe as the
+ * walk. Deeper paths always take the walk: a directory on the way may be a
+ * symlink to anywhere, and even opening (then refusing) a file outside — a
+ * device, say — must not happen.
+ *
+ * Resolves to undefined — and the caller takes the walk, with its precise
+ * errors — whenever the shortcut does not apply or fails.
+ */
+export async function openNoFollow (workspaceDir: string, absolute: string, flags = READ_FLAGS): Promise<FileHandle | undefined> {
+  if (!absolute.startsWith(workspaceDir + path.sep) || absolute.length === workspaceDir.length + 1) return undefined
+  if (absolute.includes(path.sep, workspaceDir.length + 1)) return undefined
+  try {
+    return await open(absolute, flags)
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Closes a descriptor without waiting for it: a read is complete once its
+ * bytes are in memory, and the answer need not wait for the close.
+ */
+export function closeQuietly (handle: FileHandle): void {
+  handle.close().catch(() => {})
 }
 
 /** The directory part and the name of a canonical absolute path inside the workspace. */

@@ -80,6 +80,29 @@ async function acquireAll (limiters: Limiter[], signal: AbortSignal, metrics: Me
   return () => { for (const release of releases.reverse()) release() }
 }
 
+/**
+ * A signal that fires when either source does, and the function that
+ * unhooks it once the call is over. Cheaper than AbortSignal.any, whose
+ * weak references to every call's signal pile up on the long-lived kill
+ * signal until a full garbage collection clears them.
+ */
+function linkSignals (a: AbortSignal, b: AbortSignal): { signal: AbortSignal, dispose: () => void } {
+  if (a.aborted) return { signal: a, dispose: () => {} }
+  if (b.aborted) return { signal: b, dispose: () => {} }
+  const controller = new AbortController()
+  const onA = (): void => controller.abort(a.reason)
+  const onB = (): void => controller.abort(b.reason)
+  a.addEventListener('abort', onA, { once: true })
+  b.addEventListener('abort', onB, { once: true })
+  return {
+    signal: controller.signal,
+    dispose: () => {
+      a.removeEventListener('abort', onA)
+      b.removeEventListener('abort', onB)
+    },
+  }
+}
+
 /** Runs one tool call to an Outcome. Never throws. */
 export async function execute (services: ExecutionServices, call: ToolCall, caller: Caller, workspace: WorkspaceScope): Promise<Outcome> {
   const started = performance.now()
@@ -88,6 +111,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   let metricName = '(unknown)'
   let workspaceId: string | null = null
   let outcome: Outcome
+  let disposeSignal: (() => void) | undefined
   try {
     // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
     toolName = services.registry.get(call.name)?.name ?? call.name
@@ -97,7 +121,9 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
     const args = parseArguments(call.arguments)
     validateArguments(tool, args, caller.log)
     workspace.validate()
-    const signal = AbortSignal.any([caller.signal, services.killSignal])
+    const link = linkSignals(caller.signal, services.killSignal)
+    disposeSignal = link.dispose
+    const signal = link.signal
     const limiters = tool.limiter ? [services.limiter, tool.limiter] : [services.limiter]
     const release = await acquireAll(limiters, signal, services.metrics)
     try {
@@ -130,6 +156,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
     const error = asToolError(thrown)
     if (error !== thrown || error.status >= 500) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
     outcome = { ok: false, tool: toolName, error, durationMs: 0 }
+  } finally {
+    disposeSignal?.()
   }
   outcome.durationMs = Math.round((performance.now() - started) * 1000) / 1000
   record(services.metrics, caller.log, outcome, metricName, workspaceId)

@@ -17,6 +17,8 @@ export interface LimiterOptions {
 export type Release = () => void
 
 interface Waiter {
+  /** When its queue wait runs out (performance.now() milliseconds). */
+  deadline: number
   grant: (release: Release) => void
   fail: (error: ToolError) => void
 }
@@ -26,6 +28,8 @@ export class Limiter {
   #running = 0
   readonly #queue: Waiter[] = []
   #closed = false
+  /** One timer for the whole queue, due at its head's deadline (see #expire). */
+  #timer: NodeJS.Timeout | undefined
 
   constructor (options: LimiterOptions) {
     this.options = { rejectCode: 'Overloaded', ...options }
@@ -61,21 +65,48 @@ export class Limiter {
   #wait (signal?: AbortSignal): Promise<Release> {
     return new Promise<Release>((resolve, reject) => {
       const cleanup = (): void => {
-        clearTimeout(timer)
         signal?.removeEventListener('abort', onAbort)
         const index = this.#queue.indexOf(waiter)
         if (index >= 0) this.#queue.splice(index, 1)
+        if (this.#queue.length === 0) this.#disarm()
       }
       const waiter: Waiter = {
+        deadline: performance.now() + this.options.queueTimeoutMs,
         grant: (release) => { cleanup(); resolve(release) },
         fail: (error) => { cleanup(); reject(error) },
       }
-      const timer = setTimeout(() => waiter.fail(this.#rejection(
-        `waited ${this.options.queueTimeoutMs} ms in the ${this.options.name} queue without getting a slot`)), this.options.queueTimeoutMs)
       const onAbort = (): void => waiter.fail(new ToolError('ExecutionFailed', 'the call was cancelled while queued'))
       signal?.addEventListener('abort', onAbort, { once: true })
       this.#queue.push(waiter)
+      this.#arm()
     })
+  }
+
+  /**
+   * Every waiter waits as long, and the queue is FIFO, so the head always
+   * has the nearest deadline: one timer serves the whole queue instead of a
+   * timer per waiter (set and cleared on every busy call).
+   */
+  #arm (): void {
+    const head = this.#queue[0]
+    if (this.#timer !== undefined || head === undefined) return
+    this.#timer = setTimeout(() => this.#expire(), Math.max(0, head.deadline - performance.now()))
+  }
+
+  #disarm (): void {
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+  }
+
+  /** Fails the waiters whose wait has run out, then waits for the next one's deadline. */
+  #expire (): void {
+    this.#timer = undefined
+    // Timers may fire a fraction of a millisecond early.
+    const now = performance.now() + 1
+    for (let head = this.#queue[0]; head !== undefined && head.deadline <= now; head = this.#queue[0]) {
+      head.fail(this.#rejection(`waited ${this.options.queueTimeoutMs} ms in the ${this.options.name} queue without getting a slot`))
+    }
+    this.#arm()
   }
 
   #releaser (): Release {

@@ -14,8 +14,44 @@ export interface Truncated {
 
 const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value) ?? 'null')
 
+/**
+ * An upper bound of the JSON size of `value`, without serialising it: a
+ * UTF-16 unit takes at most 6 bytes in JSON (`\u001f`), a number at most
+ * 24. Gives up (Infinity) past `limit`, on deep nesting, and on anything
+ * whose JSON it cannot see from its own properties (a toJSON, a boxed
+ * primitive).
+ */
+function jsonBytesAtMost (value: unknown, limit: number, depth = 0): number {
+  switch (typeof value) {
+    case 'string': return value.length * 6 + 2
+    case 'number': return 24
+    case 'boolean': return 5
+    case 'undefined': case 'function': case 'symbol': return 4
+    case 'bigint': return Infinity
+  }
+  if (value === null) return 4
+  if (depth > 32 || typeof (value as { toJSON?: unknown }).toJSON === 'function') return Infinity
+  if (value instanceof Number || value instanceof String || value instanceof Boolean) return Infinity
+  let total = 2
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      total += jsonBytesAtMost(item, limit - total, depth + 1) + 1
+      if (total > limit) return Infinity
+    }
+    return total
+  }
+  for (const key in value as Record<string, unknown>) {
+    if (!Object.hasOwn(value as object, key)) continue
+    total += key.length * 6 + 4 + jsonBytesAtMost((value as Record<string, unknown>)[key], limit - total, depth + 1)
+    if (total > limit) return Infinity
+  }
+  return total
+}
+
 /** Truncates `value` so that its JSON fits in `maxBytes`. */
 export function truncateResult (value: unknown, maxBytes: number): Truncated {
+  // Most results are far below the limit: a bound proves it without serialising them twice.
+  if (jsonBytesAtMost(value, maxBytes) <= maxBytes) return { value, truncated: false }
   const serialized = JSON.stringify(value) ?? 'null'
   const size = Buffer.byteLength(serialized)
   if (size <= maxBytes) return { value, truncated: false }

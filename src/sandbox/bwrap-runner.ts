@@ -47,10 +47,14 @@ function hide (path: string): string[] {
   return info.isDirectory() ? ['--tmpfs', path] : ['--ro-bind', '/dev/null', path]
 }
 
+/** How long the mount arguments that hide paths are reused before the paths are looked at again. */
+const HIDE_RECHECK_MS = 1000
+
 export class BwrapRunner implements ProcessRunner {
   readonly mode = 'bwrap' as const
   readonly #options: BwrapOptions
   readonly #prefix: string[]
+  #hidden: { args: string[], at: number } | undefined
 
   constructor (options: BwrapOptions) {
     this.#options = options
@@ -65,9 +69,7 @@ export class BwrapRunner implements ProcessRunner {
       '--dev', '/dev',
       '--proc', '/proc',
       '--tmpfs', '/tmp',
-      ...MASKED_DIRS.flatMap(hide),
-      ...MASKED_FILES.flatMap(hide),
-      ...this.#options.hidePaths.flatMap(hide),
+      ...this.#hideArgs(),
       '--bind', options.cwd, options.cwd,
       ...(options.readOnlyPaths ?? []).flatMap((p) => ['--ro-bind', p, p]),
       '--chdir', options.cwd,
@@ -86,6 +88,20 @@ export class BwrapRunner implements ProcessRunner {
       options.command,
       ...options.args,
     ]
+  }
+
+  /**
+   * The mounts that hide secrets, looked up at most once a second rather
+   * than with a dozen synchronous stats per run; a path that appears or
+   * goes away is picked up within that second.
+   */
+  #hideArgs (): string[] {
+    const now = performance.now()
+    if (this.#hidden === undefined || now - this.#hidden.at > HIDE_RECHECK_MS) {
+      const args = [...MASKED_DIRS, ...MASKED_FILES, ...this.#options.hidePaths].flatMap(hide)
+      this.#hidden = { args, at: now }
+    }
+    return this.#hidden.args
   }
 
   async run (options: RunOptions): Promise<RunResult> {

@@ -8,9 +8,10 @@
  * children of our cgroup), each run gets its own cgroup with `pids.max`; a
  * tiny launcher joins it before it execs the sandbox, so no fork escapes it.
  * Afterwards every process still in it is killed, even one that left the
- * process group with setsid, and the cgroup is removed.
+ * process group with setsid, and the cgroup is kept, empty, for the next
+ * run (up to a few; the rest are removed).
  */
-import { mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import path from 'node:path'
 
@@ -61,12 +62,41 @@ function pidsIn (dir: string): number[] {
   }
 }
 
+/** Empty cgroups kept for reuse, by base and pids.max: a run then costs no mkdir, write or rmdir. */
+const free = new Map<string, string[]>()
+const MAX_FREE = 16
+/** Names are unique in the process, whichever runner makes them. */
+let counter = 0
+
+/** Kept cgroups are removed when the service exits (they are empty: nothing to kill). */
+function removeKept (): void {
+  for (const dirs of free.values()) for (const dir of dirs) try { rmdirSync(dir) } catch {}
+}
+
+function alive (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/** Empty cgroups kept by a process that is gone (killed before it could remove them). */
+function removeStale (base: string): void {
+  for (const name of readdirSync(base)) {
+    const owner = /^toolport-(\d+)-\d+$/.exec(name)?.[1]
+    if (owner === undefined || Number(owner) === process.pid || alive(Number(owner))) continue
+    try { rmdirSync(path.join(base, name)) } catch {}
+  }
+}
+
 export class PidsCgroups {
   readonly #base: string
-  #counter = 0
 
   private constructor (base: string) {
     this.#base = base
+    if (!process.listeners('exit').includes(removeKept)) process.once('exit', removeKept)
   }
 
   /** Pids cgroups when this process may create them (probed by making and removing one), else undefined. */
@@ -77,6 +107,7 @@ export class PidsCgroups {
         mkdirSync(probe)
         writeFileSync(path.join(probe, 'pids.max'), '1')
         rmdirSync(probe)
+        removeStale(base)
         return new PidsCgroups(base)
       } catch {
         try { rmdirSync(probe) } catch {}
@@ -85,28 +116,49 @@ export class PidsCgroups {
     return undefined
   }
 
-  /** A fresh cgroup that admits at most `maxProcesses` processes. */
+  /** An empty cgroup that admits at most `maxProcesses` processes: a kept one, or a fresh one. */
   create (maxProcesses: number): RunCgroup {
-    const dir = path.join(this.#base, `toolport-${process.pid}-${++this.#counter}`)
-    mkdirSync(dir)
-    writeFileSync(path.join(dir, 'pids.max'), String(maxProcesses))
-    const killAll = (): void => {
-      for (const pid of pidsIn(dir)) {
+    const dir = free.get(this.#key(maxProcesses))?.pop() ?? this.#make(maxProcesses)
+    const killAll = (): number => {
+      const pids = pidsIn(dir)
+      for (const pid of pids) {
         try { process.kill(pid, 'SIGKILL') } catch {}
       }
+      return pids.length
     }
     const release = async (): Promise<void> => {
-      // Killed processes leave the cgroup once reaped: retry for a moment.
-      for (let attempt = 0; attempt < 50; attempt++) {
-        killAll()
-        try {
-          rmdirSync(dir)
+      // Killed processes leave the cgroup once reaped, usually within a millisecond or two:
+      // look again soon, then less often, for about a second in all.
+      for (let attempt = 0; attempt < 60; attempt++) {
+        if (killAll() === 0) {
+          if (!this.#keep(maxProcesses, dir)) try { rmdirSync(dir) } catch {}
           return
-        } catch {
-          await sleep(20)
         }
+        await sleep(Math.min(20, 2 ** attempt))
       }
+      // Still not empty after a second (a process stuck in the kernel): not reused; removed if it can be.
+      try { rmdirSync(dir) } catch {}
     }
-    return { prefix: ['/bin/sh', '-c', 'echo $$ > "$0" && exec "$@"', path.join(dir, 'cgroup.procs')], killAll, release }
+    return { prefix: ['/bin/sh', '-c', 'echo $$ > "$0" && exec "$@"', path.join(dir, 'cgroup.procs')], killAll: () => { killAll() }, release }
+  }
+
+  #make (maxProcesses: number): string {
+    const dir = path.join(this.#base, `toolport-${process.pid}-${++counter}`)
+    mkdirSync(dir)
+    writeFileSync(path.join(dir, 'pids.max'), String(maxProcesses))
+    return dir
+  }
+
+  /** Keeps an empty cgroup for the next run; false when enough are kept already. */
+  #keep (maxProcesses: number, dir: string): boolean {
+    const kept = free.get(this.#key(maxProcesses)) ?? []
+    if (kept.length >= MAX_FREE) return false
+    kept.push(dir)
+    free.set(this.#key(maxProcesses), kept)
+    return true
+  }
+
+  #key (maxProcesses: number): string {
+    return `${this.#base}\u0000${maxProcesses}`
   }
 }

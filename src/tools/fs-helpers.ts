@@ -4,11 +4,12 @@
  * half-written file), bounded reads, and errno → ToolError.
  */
 import { randomUUID } from 'node:crypto'
-import { constants, type Stats } from 'node:fs'
+import type { Stats } from 'node:fs'
 import { type FileHandle, lstat, open, rename, rm, writeFile } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
-import { openContainedDirectory, splitInWorkspace } from '../core/contained-fs.ts'
-import { resolveInWorkspace } from '../core/paths.ts'
+import path from 'node:path'
+import { closeQuietly, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from '../core/contained-fs.ts'
+import { checkPathSyntax, resolveInWorkspace } from '../core/paths.ts'
 import type { WorkspaceQuota } from '../core/quotas.ts'
 
 /** Maps a Node filesystem error to the contract's codes; other errors pass through. */
@@ -34,41 +35,108 @@ export async function existingPath (workspaceDir: string, userPath: string): Pro
 }
 
 /**
- * Opens a resolved file for reading, race-free: its directory is walked by
- * descriptor and the file opened with O_NOFOLLOW, so a symlink swapped in
- * after the check cannot lead outside. A file with other hard links is
- * refused: its other names may be outside the workspace.
+ * Opens an existing file of the workspace for reading, race-free. The common
+ * case — no symlink anywhere on the way — costs one open (see
+ * openNoFollow); any other path (a symlink inside the workspace, a missing
+ * file, an escape attempt) takes the full resolution and walk, with their
+ * errors. The file's type is not checked yet: `checkedStat` does that.
  */
-export async function openContained (workspaceDir: string, absolute: string, userPath: string): Promise<{ handle: FileHandle, stat: Stats }> {
+export async function openForReading (workspaceDir: string, userPath: string): Promise<FileHandle> {
+  checkPathSyntax(userPath)
+  const direct = await openNoFollow(workspaceDir, path.resolve(workspaceDir, userPath))
+  if (direct) return direct
+  return openUnchecked(workspaceDir, await existingPath(workspaceDir, userPath), userPath)
+}
+
+/** Opens a resolved (canonical) path by descriptor, without a symlink at any step. */
+async function openUnchecked (workspaceDir: string, absolute: string, userPath: string): Promise<FileHandle> {
+  const direct = await openNoFollow(workspaceDir, absolute)
+  if (direct) return direct
   const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
-  let handle: FileHandle
   try {
     const dir = await openContainedDirectory(workspaceDir, relativeDir, userPath)
     try {
-      handle = await open(dir.at(name), constants.O_RDONLY | constants.O_NOFOLLOW)
+      return await open(dir.at(name), READ_FLAGS)
     } finally {
       await dir.close()
     }
   } catch (error) {
     throw fsError(error, userPath)
   }
+}
+
+/** Only a regular file with no other names may be read: its other hard links may lie outside the workspace. */
+function checkReadable (stat: Stats, userPath: string): Stats {
+  if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${userPath} is a directory`)
+  if (!stat.isFile()) throw new ToolError('InvalidArgs', `${userPath} is not a regular file`)
+  if (stat.nlink > 1) throw new ToolError('InvalidPath', `${userPath} has other hard links, which may lie outside the workspace`)
+  return stat
+}
+
+/** The open file's stat, when it is a file that may be read (closes it and throws otherwise). */
+export async function checkedStat (handle: FileHandle, userPath: string): Promise<Stats> {
   try {
-    const stat = await handle.stat()
-    if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${userPath} is a directory`)
-    if (!stat.isFile()) throw new ToolError('InvalidArgs', `${userPath} is not a regular file`)
-    if (stat.nlink > 1) throw new ToolError('InvalidPath', `${userPath} has other hard links, which may lie outside the workspace`)
-    return { handle, stat }
+    return checkReadable(await handle.stat(), userPath)
   } catch (error) {
-    await handle.close()
-    throw error
+    closeQuietly(handle)
+    throw fsError(error, userPath)
   }
 }
 
-/** Reads at most `maxBytes` from the start of an open file. */
-export async function readPrefix (handle: FileHandle, maxBytes: number): Promise<Buffer> {
-  const buffer = Buffer.alloc(maxBytes)
-  let filled = 0
-  while (filled < maxBytes) {
+/**
+ * Opens a resolved file for reading, race-free: by its path when nothing on
+ * the way is a symlink, else its directory is walked by descriptor; either
+ * way the file is opened with O_NOFOLLOW, so a symlink swapped in after the
+ * check cannot lead outside. A file with other hard links is refused.
+ */
+export async function openContained (workspaceDir: string, absolute: string, userPath: string): Promise<{ handle: FileHandle, stat: Stats }> {
+  const handle = await openUnchecked(workspaceDir, absolute, userPath)
+  return { handle, stat: await checkedStat(handle, userPath) }
+}
+
+/** Bytes read before the file's size is known: the default result limit, so most files take one read. */
+const SCRATCH_BYTES = 64 * 1024 + 1
+/** Free scratch buffers: a read borrows one instead of allocating (and later collecting) its own. */
+const scratch: Buffer[] = []
+const MAX_FREE_SCRATCH = 64
+
+/**
+ * At most `maxBytes` from the start of an open file, decoded as UTF-8, once
+ * the file's stat says it may be read. The stat and the first read go out
+ * together — a small file costs one round trip, not two, and no extra read
+ * to find its end — into a reused buffer. The caller closes the handle.
+ */
+export async function readTextChecked (handle: FileHandle, userPath: string, maxBytes: number): Promise<string> {
+  const buffer = scratch.pop() ?? Buffer.allocUnsafe(SCRATCH_BYTES)
+  try {
+    const length = Math.min(maxBytes, buffer.length)
+    const [stat, read] = await Promise.allSettled([handle.stat(), handle.read(buffer, 0, length, 0)])
+    if (stat.status === 'rejected') throw fsError(stat.reason, userPath)
+    checkReadable(stat.value, userPath)
+    if (read.status === 'rejected') throw fsError(read.reason, userPath)
+    const { bytesRead } = read.value
+    // Done when the read reached the end the stat announced, or the limit.
+    if (bytesRead >= Math.min(maxBytes, stat.value.size) && (bytesRead < length || bytesRead >= maxBytes)) {
+      return buffer.toString('utf8', 0, bytesRead)
+    }
+    // A larger file (or one that grew since its stat): the rest, into a buffer of its own.
+    const size = stat.value.size > bytesRead ? stat.value.size : undefined
+    const whole = Buffer.allocUnsafe(Math.min(maxBytes, size ?? maxBytes))
+    buffer.copy(whole, 0, 0, bytesRead)
+    return (await readPrefix(handle, whole.length, size, whole, bytesRead)).toString('utf8')
+  } finally {
+    if (scratch.length < MAX_FREE_SCRATCH) scratch.push(buffer)
+  }
+}
+
+/**
+ * Reads at most `maxBytes` from the start of an open file. With its `size`
+ * known, it stops there instead of reading once more to find the end.
+ */
+export async function readPrefix (handle: FileHandle, maxBytes: number, size?: number, buffer = Buffer.allocUnsafe(maxBytes), alreadyRead = 0): Promise<Buffer> {
+  const goal = size === undefined ? maxBytes : Math.min(maxBytes, size)
+  let filled = alreadyRead
+  while (filled < goal) {
     const { bytesRead } = await handle.read(buffer, filled, maxBytes - filled, filled)
     if (bytesRead === 0) break
     filled += bytesRead

@@ -8,7 +8,8 @@ import type { FileHandle } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { defineBuiltin } from './define.ts'
 import { fitString } from './exec-shell.ts'
-import { existingPath, openContained, readPrefix } from './fs-helpers.ts'
+import { closeQuietly } from '../core/contained-fs.ts'
+import { checkedStat, openForReading, readTextChecked } from './fs-helpers.ts'
 
 /** Bytes read at a time while looking for line ends. */
 const CHUNK_BYTES = 64 * 1024
@@ -24,14 +25,17 @@ export const readFileTool = defineBuiltin({
   description: 'Read the contents of a file in the workspace. Use offset and limit (lines) to page through large files.',
   parameters: Parameters,
   async execute (args, ctx) {
-    const absolute = await existingPath(ctx.workspaceDir, args.path)
-    const { handle } = await openContained(ctx.workspaceDir, absolute, args.path)
-    try {
-      if (args.offset === undefined && args.limit === undefined) {
+    const handle = await openForReading(ctx.workspaceDir, args.path)
+    if (args.offset === undefined && args.limit === undefined) {
+      try {
         // One byte more than the limit lets truncation see that there was more.
-        const prefix = await readPrefix(handle, ctx.maxResultBytes + 1)
-        return { content: prefix.toString('utf8') }
+        return { content: await readTextChecked(handle, args.path, ctx.maxResultBytes + 1) }
+      } finally {
+        closeQuietly(handle)
       }
+    }
+    await checkedStat(handle, args.path)
+    try {
       const offset = args.offset ?? 1
       const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes)
       const result = fitPage(page, offset, ctx.maxResultBytes)

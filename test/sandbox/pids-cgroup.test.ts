@@ -1,0 +1,67 @@
+/**
+ * Per-run pids cgroups are kept for reuse once empty. Reuse must never hand
+ * a run a cgroup that still holds a process, nor one with another bound.
+ * (The service runs as root here, where these cgroups are what bounds a
+ * fork bomb; where they cannot be made, detect() says so.)
+ */
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { PidsCgroups } from '../../src/sandbox/pids-cgroup.ts'
+
+const cgroups = PidsCgroups.detect()
+
+/** Running (a zombie waiting for its new parent to reap it counts as dead). */
+function alive (pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z'
+  } catch {
+    return false
+  }
+}
+
+/** Starts `argv` through the cgroup's launcher; resolves with the pid the command printed once it runs. */
+function startIn (prefix: string[], script: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(prefix[0] as string, [...prefix.slice(1), 'sh', '-c', script], { stdio: ['ignore', 'pipe', 'inherit'], detached: true })
+    child.once('error', reject)
+    child.stdout.once('data', (chunk: Buffer) => resolve(Number(chunk.toString().trim())))
+  })
+}
+
+describe('pids cgroups', () => {
+  it('are available here, as root with a writable pids controller (or reported missing otherwise)', () => {
+    if (process.getuid?.() !== 0) expect(cgroups === undefined || cgroups instanceof PidsCgroups).toBe(true)
+    else expect(cgroups).toBeInstanceOf(PidsCgroups)
+  })
+
+  it('hand an emptied cgroup to the next run with the same bound, and a fresh one for another bound', async () => {
+    if (!cgroups) return
+    const first = cgroups.create(7)
+    const procs = first.prefix[3] as string
+    await first.release()
+    const second = cgroups.create(7)
+    expect(second.prefix[3]).toBe(procs)
+    expect(readFileSync(path.join(path.dirname(procs), 'pids.max'), 'utf8').trim()).toBe('7')
+    const other = cgroups.create(9)
+    expect(other.prefix[3]).not.toBe(procs)
+    expect(readFileSync(path.join(path.dirname(other.prefix[3] as string), 'pids.max'), 'utf8').trim()).toBe('9')
+    await Promise.all([second.release(), other.release()])
+  })
+
+  it('kill what a run left behind (even in a new session) before its cgroup is reused', async () => {
+    if (!cgroups) return
+    const run = cgroups.create(16)
+    const procs = run.prefix[3] as string
+    const leftover = await startIn(run.prefix, 'setsid sleep 60 & echo $!; wait')
+    expect(alive(leftover)).toBe(true)
+    await run.release()
+    expect(readFileSync(procs, 'utf8').trim()).toBe('')
+    const next = cgroups.create(16)
+    expect(next.prefix[3]).toBe(procs)
+    await next.release()
+    for (let i = 0; i < 100 && alive(leftover); i++) await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(alive(leftover)).toBe(false)
+  })
+})
