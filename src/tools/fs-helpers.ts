@@ -13,15 +13,21 @@ import { checkPathSyntax, resolveInWorkspace } from '../core/paths.ts'
 import type { WorkspaceQuota } from '../core/quotas.ts'
 
 /** Maps a Node filesystem error to the contract's codes; other errors pass through. */
+/** A caller's path as messages show it: quoted, so that "" or " a " read as what they are. */
+export function quoted (userPath: string): string {
+  return JSON.stringify(userPath)
+}
+
 export function fsError (error: unknown, userPath: string): unknown {
+  const shown = quoted(userPath)
   const code = (error as NodeJS.ErrnoException)?.code
   switch (code) {
-    case 'ENOENT': return new ToolError('FileNotFound', `${userPath} does not exist`)
-    case 'EISDIR': return new ToolError('InvalidArgs', `${userPath} is a directory`)
-    case 'ENOTDIR': return new ToolError('FileNotFound', `${userPath}: a parent is not a directory`)
-    case 'EACCES': case 'EPERM': return new ToolError('PermissionDenied', `${userPath}: permission denied`)
-    case 'ELOOP': return new ToolError('InvalidPath', `${userPath} is a symbolic link`)
-    case 'ENAMETOOLONG': return new ToolError('InvalidPath', `${userPath} is too long`)
+    case 'ENOENT': return new ToolError('FileNotFound', `${shown} does not exist`)
+    case 'EISDIR': return new ToolError('InvalidArgs', `${shown} is a directory`)
+    case 'ENOTDIR': return new ToolError('FileNotFound', `${shown}: a parent is not a directory`)
+    case 'EACCES': case 'EPERM': return new ToolError('PermissionDenied', `${shown}: permission denied`)
+    case 'ELOOP': return new ToolError('InvalidPath', `${shown} is a symbolic link`)
+    case 'ENAMETOOLONG': return new ToolError('InvalidPath', `${shown} is too long`)
     case 'ENOSPC': case 'EDQUOT': return new ToolError('ExecutionFailed', 'no space left for the workspace')
     default: return error
   }
@@ -30,7 +36,7 @@ export function fsError (error: unknown, userPath: string): unknown {
 /** Resolves a path that must exist: FileNotFound otherwise. */
 export async function existingPath (workspaceDir: string, userPath: string): Promise<string> {
   const resolved = await resolveInWorkspace(workspaceDir, userPath)
-  if (!resolved.exists) throw new ToolError('FileNotFound', `${userPath} does not exist`)
+  if (!resolved.exists) throw new ToolError('FileNotFound', `${quoted(userPath)} does not exist`)
   return resolved.absolute
 }
 
@@ -67,9 +73,9 @@ async function openUnchecked (workspaceDir: string, absolute: string, userPath: 
 
 /** Only a regular file with no other names may be read: its other hard links may lie outside the workspace. */
 function checkReadable (stat: Stats, userPath: string): Stats {
-  if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${userPath} is a directory`)
-  if (!stat.isFile()) throw new ToolError('InvalidArgs', `${userPath} is not a regular file`)
-  if (stat.nlink > 1) throw new ToolError('InvalidPath', `${userPath} has other hard links, which may lie outside the workspace`)
+  if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${quoted(userPath)} is a directory`)
+  if (!stat.isFile()) throw new ToolError('InvalidArgs', `${quoted(userPath)} is not a regular file`)
+  if (stat.nlink > 1) throw new ToolError('InvalidPath', `${quoted(userPath)} has other hard links, which may lie outside the workspace`)
   return stat
 }
 

@@ -49,6 +49,14 @@ describe('error table', () => {
     expectProblem({ status: response.statusCode, body: response.json(), headers: response.headers }, 404, 'NotFound')
   })
 
+  it('quotes the path in file errors, so an empty one reads as empty', async () => {
+    const app = await buildTestApp()
+    const empty = expectProblem(await exec(app, 'read_file', { path: '' }), 400, 'InvalidArgs', 'read_file')
+    expect(empty['detail']).toBe('"" is a directory')
+    const missing = expectProblem(await exec(app, 'read_file', { path: 'no such.txt' }), 404, 'FileNotFound', 'read_file')
+    expect(missing['detail']).toBe('"no such.txt" does not exist')
+  })
+
   it('FileNotFound 404: a contained path that does not exist', async () => {
     const app = await buildTestApp()
     expectProblem(await exec(app, 'read_file', { path: 'nope.txt' }), 404, 'FileNotFound', 'read_file')
