@@ -23,7 +23,8 @@ const MAX_PATH_BYTES = 4096
 /** Is `candidate` the directory `root` itself or inside it? Both canonical. */
 export function isInside (root: string, candidate: string): boolean {
   const relative = path.relative(root, candidate)
-  return relative === '' || (!relative.startsWith('..') && !path.isAbsolute(relative))
+  // `..` as a whole first component, not any name that starts with two dots (`..notes` is a file like any other).
+  return relative === '' || (relative !== '..' && !relative.startsWith(`..${path.sep}`) && !path.isAbsolute(relative))
 }
 
 function refuse (userPath: string, why: string): never {

@@ -1,7 +1,7 @@
 import { mkdir, realpath, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { beforeEach, describe, expect, it } from 'vitest'
-import { resolveInWorkspace } from '../../src/core/paths.ts'
+import { isInside, resolveInWorkspace } from '../../src/core/paths.ts'
 import { ToolError } from '../../src/errors.ts'
 import { tempDir } from '../support/temp.ts'
 
@@ -22,6 +22,18 @@ async function codeOf (userPath: string): Promise<string> {
   const error = await resolveInWorkspace(ws, userPath).then(() => null, (e: unknown) => e)
   return error instanceof ToolError ? error.code : String(error)
 }
+
+describe('isInside', () => {
+  it('knows `..` as a component from a name that merely starts with two dots', () => {
+    expect(isInside('/ws', '/ws')).toBe(true)
+    expect(isInside('/ws', '/ws/..notes')).toBe(true)
+    expect(isInside('/ws', '/ws/...')).toBe(true)
+    expect(isInside('/ws', '/ws/a/..b/c')).toBe(true)
+    expect(isInside('/ws', '/')).toBe(false)
+    expect(isInside('/ws', '/ws-other/x')).toBe(false)
+    expect(isInside('/ws', '/other')).toBe(false)
+  })
+})
 
 describe('resolveInWorkspace', () => {
   it('resolves contained paths, existing or not', async () => {

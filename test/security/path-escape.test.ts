@@ -90,6 +90,23 @@ describe('path-escape vectors', () => {
     expect(await snapshot(outside)).toEqual(before)
   })
 
+  it('treats percent-encoded and Unicode look-alikes of ".." and "/" as plain names that stay inside', async () => {
+    const before = await snapshot(outside)
+    const lookAlikes = [
+      '%2e%2e/%2e%2e/escape.txt', '..%2f..%2fescape.txt', '%2e%2e%2fescape.txt', '%252e%252e/escape.txt',
+      '\uff0e\uff0e/\uff0e\uff0e/escape.txt', '\u2025/escape.txt', '..\u2215..\u2215escape.txt', '..\u29f8escape.txt',
+      '\u002e\u002e\u2044escape.txt', 'ＥＳＣ/．．/escape.txt',
+    ]
+    for (const name of lookAlikes) {
+      const written = await exec(app, 'write_file', { path: name, content: 'inside' }, { workspace: 'sec' })
+      expect(written.status, `${JSON.stringify(name)} → ${JSON.stringify(written.body).slice(0, 200)}`).toBe(200)
+      // It landed in the workspace under exactly that name, and reads back from there.
+      expect(await readFile(path.join(wsDir, name), 'utf8')).toBe('inside')
+      expect((await exec(app, 'read_file', { path: name }, { workspace: 'sec' })).body.result.content).toBe('inside')
+    }
+    expect(await snapshot(outside)).toEqual(before)
+  })
+
   it('holds when a directory is swapped for a symlink to the outside during the calls', async () => {
     const before = await snapshot(outside)
     await mkdir(path.join(wsDir, 'swap'))
