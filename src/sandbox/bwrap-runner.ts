@@ -30,6 +30,8 @@ export interface BwrapOptions {
   hidePaths: string[]
   /** Per-run pids cgroups, where they can be made (the process bound that holds for a root service). */
   pids?: PidsCgroups | undefined
+  /** The limits as shell commands for the cgroup launcher, which then sets them instead of prlimit (see limits.ts). */
+  ulimits?: string | undefined
 }
 
 /** bwrap's own processes inside a run's cgroup: the outer monitor and the namespace's init. */
@@ -61,8 +63,12 @@ export class BwrapRunner implements ProcessRunner {
     this.#prefix = limitPrefix(options.prlimit, options.limits)
   }
 
-  /** The full bwrap argument list for one run (exported for tests and benchmarks). */
-  argv (options: RunOptions): string[] {
+  /**
+   * The full bwrap argument list for one run (exported for tests and
+   * benchmarks); `withPrlimit` false when the launcher outside bwrap has set
+   * the limits already (rlimits are inherited through bwrap).
+   */
+  argv (options: RunOptions, withPrlimit = true): string[] {
     const env = scrubbedEnvironment(options.cwd, options.env)
     return [
       '--ro-bind', '/', '/',
@@ -84,7 +90,7 @@ export class BwrapRunner implements ProcessRunner {
       '--clearenv',
       ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
       '--',
-      ...this.#prefix,
+      ...(withPrlimit ? this.#prefix : []),
       options.command,
       ...options.args,
     ]
@@ -105,8 +111,9 @@ export class BwrapRunner implements ProcessRunner {
   }
 
   async run (options: RunOptions): Promise<RunResult> {
-    const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
-    const argv = [...(cgroup?.prefix ?? []), BWRAP, ...this.argv(options)]
+    const { ulimits } = this.#options
+    const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES, ulimits)
+    const argv = [...(cgroup?.prefix ?? []), BWRAP, ...this.argv(options, !(cgroup && ulimits))]
     try {
       const result = await runToCompletion({ file: argv[0] as string, args: argv.slice(1), env: { PATH: SAFE_PATH }, cwd: options.cwd, killTree: cgroup?.killAll }, options)
       return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result

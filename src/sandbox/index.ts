@@ -9,7 +9,7 @@ import path from 'node:path'
 import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
 import { BwrapRunner } from './bwrap-runner.ts'
-import { findPrlimit, type ResourceLimits } from './limits.ts'
+import { findPrlimit, probeUlimitUnits, type ResourceLimits, ulimitCommands } from './limits.ts'
 import { PidsCgroups } from './pids-cgroup.ts'
 import { PlainRunner } from './plain-runner.ts'
 import type { ProcessRunner } from './types.ts'
@@ -51,11 +51,14 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   const pids = PidsCgroups.detect()
   // RLIMIT_NPROC does not bind uid 0; only a pids cgroup bounds a root service's tools.
   if (!pids && process.getuid?.() === 0) options.log.warn('running as root without a writable pids cgroup: sandbox.max_processes is not enforced')
-  if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids)
-  const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], pids })
+  // The cgroup launcher is a shell anyway: where /bin/sh's ulimit can set the limits, it does, and prlimit is skipped.
+  const units = pids ? probeUlimitUnits() : undefined
+  const ulimits = units ? ulimitCommands(limits, units) : undefined
+  if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)
+  const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], pids, ulimits })
   const problem = await probe(bwrap)
   if (problem === null) return bwrap
   if (sandbox.mode === 'bwrap') throw new Error(`sandbox.mode is bwrap but bubblewrap does not work here: ${problem}`)
   options.log.warn({ reason: problem }, 'bubblewrap does not work here; tool processes run WITHOUT a sandbox (sandbox.mode auto → none)')
-  return new PlainRunner(limits, prlimit, pids)
+  return new PlainRunner(limits, prlimit, pids, ulimits)
 }

@@ -5,6 +5,7 @@
  * than the address space: runtimes such as V8 reserve far more address space
  * than they ever use.
  */
+import { execFileSync } from 'node:child_process'
 import { accessSync, constants } from 'node:fs'
 
 export interface ResourceLimits {
@@ -38,4 +39,39 @@ export function limitPrefix (prlimit: string | undefined, limits: ResourceLimits
     `--data=${limits.maxMemoryBytes}`,
     '--',
   ]
+}
+
+/** The units in which /bin/sh's `ulimit` takes a file size and a data size (dash: 512 and 1024 bytes). */
+export interface UlimitUnits {
+  fileBytes: number
+  dataBytes: number
+}
+
+/**
+ * How /bin/sh's `ulimit` counts, found by asking it: set known values, then
+ * read the limits back from the kernel. Undefined when the shell cannot set
+ * all three (the caller keeps using prlimit).
+ */
+export function probeUlimitUnits (): UlimitUnits | undefined {
+  try {
+    const limits = execFileSync('/bin/sh', ['-c', 'ulimit -t 7000 && ulimit -f 8000000 && ulimit -d 9000000 && exec cat /proc/self/limits'], { encoding: 'utf8', timeout: 5000, stdio: ['ignore', 'pipe', 'ignore'] })
+    const soft = (name: string): number => Number(new RegExp(`^${name}\\s+(\\d+)`, 'm').exec(limits)?.[1])
+    if (soft('Max cpu time') !== 7000) return undefined
+    const fileBytes = soft('Max file size') / 8_000_000
+    const dataBytes = soft('Max data size') / 9_000_000
+    return Number.isInteger(fileBytes) && fileBytes > 0 && Number.isInteger(dataBytes) && dataBytes > 0 ? { fileBytes, dataBytes } : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * The same limits as `limitPrefix`, as shell commands for a launcher that is
+ * a shell anyway (the pids-cgroup one): one program start fewer per run. The
+ * process count is the cgroup's to bound.
+ */
+export function ulimitCommands (limits: ResourceLimits, units: UlimitUnits): string {
+  const file = Math.max(1, Math.floor(limits.maxFileBytes / units.fileBytes))
+  const data = Math.max(1, Math.floor(limits.maxMemoryBytes / units.dataBytes))
+  return `ulimit -t ${limits.cpuSeconds} && ulimit -f ${file} && ulimit -d ${data}`
 }

@@ -116,8 +116,12 @@ export class PidsCgroups {
     return undefined
   }
 
-  /** An empty cgroup that admits at most `maxProcesses` processes: a kept one, or a fresh one. */
-  create (maxProcesses: number): RunCgroup {
+  /**
+   * An empty cgroup that admits at most `maxProcesses` processes: a kept one,
+   * or a fresh one. `setup` (shell commands, such as `ulimit`s) runs in the
+   * launcher after it joined the cgroup and before it execs the command.
+   */
+  create (maxProcesses: number, setup?: string): RunCgroup {
     const dir = free.get(this.#key(maxProcesses))?.pop() ?? this.#make(maxProcesses)
     const killAll = (): number => {
       const pids = pidsIn(dir)
@@ -139,7 +143,8 @@ export class PidsCgroups {
       // Still not empty after a second (a process stuck in the kernel): not reused; removed if it can be.
       try { rmdirSync(dir) } catch {}
     }
-    return { prefix: ['/bin/sh', '-c', 'echo $$ > "$0" && exec "$@"', path.join(dir, 'cgroup.procs')], killAll: () => { killAll() }, release }
+    const script = `echo $$ > "$0" && ${setup ? `${setup} && ` : ''}exec "$@"`
+    return { prefix: ['/bin/sh', '-c', script, path.join(dir, 'cgroup.procs')], killAll: () => { killAll() }, release }
   }
 
   #make (maxProcesses: number): string {

@@ -14,16 +14,21 @@ export class PlainRunner implements ProcessRunner {
   readonly #prefix: string[]
   readonly #limits: ResourceLimits
   readonly #pids: PidsCgroups | undefined
+  readonly #ulimits: string | undefined
 
-  constructor (limits: ResourceLimits, prlimit: string | undefined, pids?: PidsCgroups) {
+  /** `ulimits`: the limits as shell commands, applied by the cgroup launcher instead of prlimit (see limits.ts). */
+  constructor (limits: ResourceLimits, prlimit: string | undefined, pids?: PidsCgroups, ulimits?: string) {
     this.#prefix = limitPrefix(prlimit, limits)
     this.#limits = limits
     this.#pids = pids
+    this.#ulimits = ulimits
   }
 
   async run (options: RunOptions): Promise<RunResult> {
-    const cgroup = this.#pids?.create(this.#limits.maxProcesses)
-    const argv = [...(cgroup?.prefix ?? []), ...this.#prefix, options.command, ...options.args]
+    const cgroup = this.#pids?.create(this.#limits.maxProcesses, this.#ulimits)
+    // With the limits set by the launcher, prlimit would only be one more program to start.
+    const limiter = cgroup && this.#ulimits ? [] : this.#prefix
+    const argv = [...(cgroup?.prefix ?? []), ...limiter, options.command, ...options.args]
     try {
       const result = await runToCompletion({
         file: argv[0] as string,
