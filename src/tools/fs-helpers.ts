@@ -13,9 +13,13 @@ import { checkPathSyntax, resolveInWorkspace } from '../core/paths.ts'
 import type { WorkspaceQuota } from '../core/quotas.ts'
 
 /** Maps a Node filesystem error to the contract's codes; other errors pass through. */
-/** A caller's path as messages show it: quoted, so that "" or " a " read as what they are. */
+/**
+ * A caller's path as messages show it: as is when it reads unambiguously
+ * (so the seed's `file not found: a.txt` holds), quoted when it is empty or
+ * has edge spaces, quotes or control characters (`"" is a directory`).
+ */
 export function quoted (userPath: string): string {
-  return JSON.stringify(userPath)
+  return /^[^\s"\p{Cc}](?:[^"\p{Cc}]*[^\s"\p{Cc}])?$/u.test(userPath) ? userPath : JSON.stringify(userPath)
 }
 
 export function fsError (error: unknown, userPath: string): unknown {

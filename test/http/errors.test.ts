@@ -54,7 +54,9 @@ describe('error table', () => {
     const empty = expectProblem(await exec(app, 'read_file', { path: '' }), 400, 'InvalidArgs', 'read_file')
     expect(empty['detail']).toBe('"" is a directory')
     const missing = expectProblem(await exec(app, 'read_file', { path: 'no such.txt' }), 404, 'FileNotFound', 'read_file')
-    expect(missing['detail']).toBe('"no such.txt" does not exist')
+    expect(missing['detail']).toBe('no such.txt does not exist')
+    const spaced = expectProblem(await exec(app, 'read_file', { path: ' x ' }), 404, 'FileNotFound', 'read_file')
+    expect(spaced['detail']).toBe('" x " does not exist')
   })
 
   it('FileNotFound 404: a contained path that does not exist', async () => {
