@@ -17,13 +17,16 @@
  * ephemeral root (it is emptied at start).
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, realpath, rm } from 'node:fs/promises'
+import { mkdir, realpath } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
 import { directorySize } from './directory-size.ts'
+import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral-workspaces.ts'
 import { validateWorkspaceId } from './workspace-ids.ts'
 import { WorkspaceLayout, type WorkspaceMeta } from './workspace-meta.ts'
+
+export type { WorkspaceLease } from './ephemeral-workspaces.ts'
 
 export interface WorkspaceRecord extends WorkspaceMeta {
   dir: string
@@ -35,13 +38,6 @@ export interface WorkspaceInfo {
   expires_at: string
   files: number
   bytes: number
-}
-
-/** A workspace held by a running call; `release` once the call is done. */
-export interface WorkspaceLease {
-  id: string | null
-  dir: string
-  release: () => Promise<void>
 }
 
 export interface WorkspaceStoreOptions {
@@ -75,11 +71,12 @@ export class WorkspaceStore {
   readonly #options: WorkspaceStoreOptions
   readonly #entries = new Map<string, Entry>()
   #layout = new WorkspaceLayout('')
-  #ephemeralRoot = ''
+  readonly #ephemeral: EphemeralWorkspaces
   #sweeper: NodeJS.Timeout | undefined
 
   constructor (options: WorkspaceStoreOptions) {
     this.#options = options
+    this.#ephemeral = new EphemeralWorkspaces(options.log)
   }
 
   /** The canonical root directory (after `init`). */
@@ -89,17 +86,14 @@ export class WorkspaceStore {
 
   /** The canonical ephemeral root (after `init`). */
   get ephemeralRoot (): string {
-    return this.#ephemeralRoot
+    return this.#ephemeral.root
   }
 
   /** Creates the roots, forgets stale ephemeral dirs, loads persistent workspaces, starts the sweeper. */
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
     this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
-    const ephemeral = this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral')
-    await rm(ephemeral, { recursive: true, force: true })
-    await mkdir(ephemeral, { recursive: true, mode: 0o700 })
-    this.#ephemeralRoot = await realpath(ephemeral)
+    await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
     await this.#adoptAll()
     this.#sweeper = setInterval(() => { void this.sweep() }, this.#options.sweepIntervalSeconds * 1000)
     this.#sweeper.unref()
@@ -192,21 +186,8 @@ export class WorkspaceStore {
   }
 
   /** A fresh, empty workspace that disappears on release. */
-  async ephemeral (): Promise<WorkspaceLease> {
-    const dir = path.join(this.#ephemeralRoot, randomUUID())
-    await mkdir(dir)
-    let released = false
-    return {
-      id: null,
-      dir,
-      release: async () => {
-        if (released) return
-        released = true
-        await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((error: unknown) => {
-          this.#options.log.error({ err: error, dir }, 'could not remove an ephemeral workspace')
-        })
-      },
-    }
+  ephemeral (): Promise<WorkspaceLease> {
+    return this.#ephemeral.lease()
   }
 
   /**
