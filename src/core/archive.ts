@@ -16,6 +16,7 @@ import { ToolError } from '../errors.ts'
 import { openContainedDirectory, splitInWorkspace } from './contained-fs.ts'
 import { directorySize } from './directory-size.ts'
 import { isInside, resolveInWorkspace } from './paths.ts'
+import { removeTree } from './remove-tree.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
 
 export interface ArchiveLimits {
@@ -63,7 +64,7 @@ export async function extractArchive (archive: Buffer, workspaceDir: string, lim
     return report
   } finally {
     // Retried: after a failed extraction, writes still under way can make a directory non-empty for a moment.
-    await rm(staging, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 })
+    await removeTree(staging)
   }
 }
 
@@ -141,7 +142,7 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
         if (!existing?.isDirectory()) await mkdir(dir.at(base))
         report.directories++
       } else {
-        if (existing) await rm(dir.at(base), { recursive: true, force: true })
+        if (existing) await removeTree(dir.at(base))
         if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
         else await rename(source, dir.at(base))
         if (info.isSymbolicLink()) report.symlinks++

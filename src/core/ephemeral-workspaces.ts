@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto'
 import { mkdir, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
+import { removeTree } from './remove-tree.ts'
 
 /** A workspace held by a running call; `release` once the call is done. */
 export interface WorkspaceLease {
@@ -47,7 +48,8 @@ export class EphemeralWorkspaces {
       release: async () => {
         if (released) return
         released = true
-        await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((error: unknown) => {
+        // Never by path: what ran there may have left symlinks, or be swapping them still.
+        await removeTree(dir).catch((error: unknown) => {
           this.#log.error({ err: error, dir }, 'could not remove an ephemeral workspace')
         })
       },

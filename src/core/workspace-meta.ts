@@ -12,6 +12,7 @@
 import { randomUUID } from 'node:crypto'
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { removeTree } from './remove-tree.ts'
 import { directoryNameOf } from './workspace-ids.ts'
 
 export interface WorkspaceMeta {
@@ -67,7 +68,8 @@ export class WorkspaceLayout {
   /** Removes the metadata first (so that no instance finds it any more), then the directory. */
   async remove (tenant: string, id: string): Promise<void> {
     await rm(this.metaFile(tenant, id), { force: true })
-    await rm(this.workspaceDir(tenant, id), { recursive: true, force: true, maxRetries: 3 })
+    // Never by path: a command may still be swapping symlinks in there.
+    await removeTree(this.workspaceDir(tenant, id))
   }
 
   /** How many workspaces a tenant has on disk. */
