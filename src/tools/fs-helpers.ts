@@ -164,20 +164,20 @@ export async function readPrefix (handle: FileHandle, maxBytes: number, size?: n
 export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean, quota?: WorkspaceQuota } = {}): Promise<void> {
   const { quota } = options
   if (!quota) return writeInPlace(workspaceDir, absolute, userPath, content, options)
-  // One quota check and write at a time per workspace, so two writes cannot both fit the last bytes.
-  return serialised(`${workspaceDir}\u0000quota`, async () => {
-    await quota.ensureRoom(Buffer.byteLength(content) - await sizeOf(absolute))
-    await writeInPlace(workspaceDir, absolute, userPath, content, options)
-  })
+  // The replaced file is measured in the walked directory, never by a path a swap could redirect.
+  const ensureRoom = (replacedBytes: number) => quota.ensureRoom(Buffer.byteLength(content) - replacedBytes)
+  return withQuotaLock(workspaceDir, () => writeInPlace(workspaceDir, absolute, userPath, content, options, ensureRoom))
 }
 
-/** The size of the regular file at `absolute`, 0 when there is none (what a write replaces). */
-export async function sizeOf (absolute: string): Promise<number> {
-  const info = await lstat(absolute).catch(() => null)
-  return info?.isFile() ? info.size : 0
+/**
+ * Runs a quota check and the write it admits alone among the workspace's
+ * writes in this instance, so two writes cannot both fit the last bytes.
+ */
+export function withQuotaLock<T> (workspaceDir: string, task: () => Promise<T>): Promise<T> {
+  return serialised(`${workspaceDir}\u0000quota`, task)
 }
 
-async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean }): Promise<void> {
+async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean }, beforeWrite?: (replacedBytes: number) => Promise<void>): Promise<void> {
   const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
   const temp = `.${name.slice(0, 100)}.${randomUUID()}.toolport-tmp`
   let dir
@@ -187,6 +187,10 @@ async function writeInPlace (workspaceDir: string, absolute: string, userPath: s
     throw fsError(error, userPath)
   }
   try {
+    if (beforeWrite) {
+      const existing = await lstat(dir.at(name)).catch(() => null)
+      await beforeWrite(existing?.isFile() ? existing.size : 0)
+    }
     await writeFile(dir.at(temp), content, { flag: 'wx', mode: 0o644 })
     await rename(dir.at(temp), dir.at(name))
   } catch (error) {

@@ -7,8 +7,9 @@ import { constants } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { openContainedDirectory } from '../core/contained-fs.ts'
+import { ToolError } from '../errors.ts'
 import { defineBuiltin } from './define.ts'
-import { fsError, serialised, writeContained } from './fs-helpers.ts'
+import { fsError, serialised, withQuotaLock, writeContained } from './fs-helpers.ts'
 import { MEMORY_PATH, resolveMemoryFile } from './memory-file.ts'
 
 export const memoryWriteTool = defineBuiltin({
@@ -23,16 +24,19 @@ export const memoryWriteTool = defineBuiltin({
     const file = await resolveMemoryFile(ctx.workspaceDir)
     await serialised(file.absolute, async () => {
       if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true, quota: ctx.quota })
-      // The separator is at most two bytes; counting it always keeps the check simple and safe.
-      await ctx.quota?.ensureRoom(Buffer.byteLength(args.content) + 2)
-      const dir = await openContainedDirectory(ctx.workspaceDir, 'memory', MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
-      try {
-        await appendParagraph(dir.at('MEMORY.md'), args.content)
-      } catch (error) {
-        throw fsError(error, MEMORY_PATH)
-      } finally {
-        await dir.close()
+      const append = async () => {
+        // The separator is at most two bytes; counting it always keeps the check simple and safe.
+        await ctx.quota?.ensureRoom(Buffer.byteLength(args.content) + 2)
+        const dir = await openContainedDirectory(ctx.workspaceDir, 'memory', MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
+        try {
+          await appendParagraph(dir.at('MEMORY.md'), args.content)
+        } catch (error) {
+          throw fsError(error, MEMORY_PATH)
+        } finally {
+          await dir.close()
+        }
       }
+      return ctx.quota ? withQuotaLock(ctx.workspaceDir, append) : append()
     })
     return {
       message: `Successfully wrote ${Buffer.byteLength(args.content)} bytes to memory (mode: ${mode})`,
@@ -43,10 +47,14 @@ export const memoryWriteTool = defineBuiltin({
 
 /** Appends `content`, separated from what is there by exactly one blank line. */
 async function appendParagraph (file: string, content: string): Promise<void> {
-  // O_NOFOLLOW: a MEMORY.md that is a symlink is refused, never followed.
-  const handle = await open(file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644)
+  // O_NOFOLLOW: a MEMORY.md that is a symlink is refused, never followed. O_NONBLOCK: one that is a
+  // FIFO opens at once instead of holding a thread-pool thread, and is refused below.
+  const handle = await open(file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o644)
   try {
-    const { size } = await handle.stat()
+    const stat = await handle.stat()
+    const { size } = stat
+    if (!stat.isFile()) throw new ToolError('InvalidArgs', `${MEMORY_PATH} is not a regular file`)
+    if (stat.nlink > 1) throw new ToolError('InvalidPath', `${MEMORY_PATH} has other hard links, which may lie outside the workspace`)
     let separator = ''
     if (size > 0) {
       const tail = Buffer.alloc(Math.min(2, size))

@@ -1,4 +1,5 @@
-import { mkdir, readFile, symlink } from 'node:fs/promises'
+import { execFileSync } from 'node:child_process'
+import { link, mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { memoryReadTool } from '../../src/tools/memory-read.ts'
@@ -77,5 +78,24 @@ describe('memory tools', () => {
     await exec(app, 'memory_write', { content: 'appended' }, { workspace: 'mem2' })
     expect((await exec(app, 'memory_read', {}, { workspace: 'mem2' })).body.result).toEqual({ content: 'new\n\nappended' })
     expect((await exec(app, 'memory_write', { content: 'x', mode: 'replace' })).status).toBe(400)
+  })
+
+  it('refuses a MEMORY.md that is a FIFO or has other hard links, at once, in either direction', async () => {
+    const app = await buildTestApp()
+    await exec(app, 'memory_write', { content: 'first' }, { workspace: 'odd' })
+    const dir = app.runtime.workspaces.get('default', 'odd').dir
+    const memory = path.join(dir, 'memory', 'MEMORY.md')
+    await rm(memory)
+    execFileSync('mkfifo', [memory])
+    // Without O_NONBLOCK these would hold a thread-pool thread until a writer or reader came.
+    const appended = await exec(app, 'memory_write', { content: 'x'.repeat(100_000) }, { workspace: 'odd' })
+    expect([appended.status, appended.body.code]).toEqual([400, 'InvalidArgs'])
+    expect((await exec(app, 'memory_read', {}, { workspace: 'odd' })).status).toBe(400)
+    await rm(memory)
+    const outside = path.join(await tempDir(), 'elsewhere.md')
+    await writeFile(outside, 'outside')
+    await link(outside, memory)
+    expect((await exec(app, 'memory_write', { content: 'y' }, { workspace: 'odd' })).body.code).toBe('InvalidPath')
+    expect(await readFile(outside, 'utf8')).toBe('outside')
   })
 })
