@@ -65,6 +65,11 @@ export class WorkspaceLayout {
     return parseMeta(await readFile(this.metaFile(tenant, id), 'utf8').catch(() => null))
   }
 
+  /** Removes only the metadata (a renewal written after its workspace was deleted). */
+  async removeMeta (tenant: string, id: string): Promise<void> {
+    await rm(this.metaFile(tenant, id), { force: true })
+  }
+
   /** Removes the metadata first (so that no instance finds it any more), then the directory. */
   async remove (tenant: string, id: string): Promise<void> {
     await rm(this.metaFile(tenant, id), { force: true })

@@ -17,7 +17,7 @@
  * ephemeral root (it is emptied at start).
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, realpath } from 'node:fs/promises'
+import { mkdir, realpath, stat } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
@@ -139,10 +139,16 @@ export class WorkspaceStore {
       if (made && fresh && cached.expiresAt > Date.now()) return cached
     }
     const meta = await this.#layout.read(tenant, id)
-    if (!meta) {
-      if (cached && this.#entries.get(key) === cached) this.#entries.delete(key)
-      throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
-    }
+    // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
+    if (meta && !await exists(this.#layout.workspaceDir(tenant, id))) await this.#layout.remove(tenant, id)
+    else if (meta) return this.#found(tenant, id, meta)
+    if (cached && this.#entries.get(key) === cached) this.#entries.delete(key)
+    throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
+  }
+
+  /** The entry of a workspace whose metadata (and directory) exist; NotFound when it has expired. */
+  async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<Entry> {
+    const key = keyOf(tenant, id)
     const entry = this.#entries.get(key) ?? this.#adopt(meta)
     entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
     entry.checkedAt = Date.now()
@@ -296,9 +302,17 @@ export class WorkspaceStore {
     // A workspace deleted meanwhile (here or elsewhere) is not brought back.
     if (entry.expiresAt - entry.savedExpiresAt > entry.ttlSeconds * 100 && this.#entries.get(keyOf(entry.tenant, entry.id)) === entry) {
       entry.savedExpiresAt = entry.expiresAt
-      void this.#layout.save(metaOf(entry)).catch((error: unknown) => this.#options.log.warn({ err: error }, 'could not save workspace metadata'))
+      const key = keyOf(entry.tenant, entry.id)
+      void this.#layout.save(metaOf(entry)).then(async () => {
+        // Deleted while the write was under way: the write must not bring it back.
+        if (this.#entries.get(key) === undefined) await this.#layout.removeMeta(entry.tenant, entry.id)
+      }).catch((error: unknown) => this.#options.log.warn({ err: error }, 'could not save workspace metadata'))
     }
   }
+}
+
+async function exists (dir: string): Promise<boolean> {
+  return stat(dir).then(() => true, () => false)
 }
 
 function metaOf ({ tenant, id, createdAt, expiresAt, ttlSeconds }: Entry): WorkspaceMeta {

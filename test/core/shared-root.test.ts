@@ -4,7 +4,7 @@
  * as two pods would be.
  */
 import { existsSync } from 'node:fs'
-import { readdir, writeFile } from 'node:fs/promises'
+import { readdir, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -105,5 +105,29 @@ describe('instances sharing a workspace root', () => {
     expect(path.dirname(lease.dir)).not.toBe(b.ephemeralRoot)
     await lease.release()
     expect(await readdir(a.ephemeralRoot)).toEqual([])
+  })
+
+  it('treat metadata whose directory is gone as no workspace, and make a fresh one on the next use', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    const made = await a.create('acme', { id: 'half' })
+    // Another instance's removal deleted the directory, and its metadata came back (a late renewal).
+    await rm(made.dir, { recursive: true })
+    expect(await codeOf(b.find('acme', 'half'))).toBe('NotFound')
+    const lease = await b.acquire('acme', 'half')
+    expect(existsSync(lease.dir)).toBe(true)
+    await lease.release()
+  })
+
+  it('never bring a deleted workspace back through a renewal written late', async () => {
+    const [a] = await instances(1, { ttlSeconds: 1 }) as [WorkspaceStore]
+    await a.create('acme', { id: 'late' })
+    const lease = await a.acquire('acme', 'late')
+    // Past a tenth of the TTL: the release writes a renewal, and the delete comes right behind it.
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    await lease.release()
+    await a.delete('acme', 'late')
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(existsSync(path.join(a.root, 'tenants', 'acme', 'meta', 'late.json'))).toBe(false)
+    expect(await codeOf(a.find('acme', 'late'))).toBe('NotFound')
   })
 })
