@@ -17,14 +17,14 @@ const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(v
 /**
  * An upper bound of the JSON size of `value`, without serialising it: a
  * UTF-16 unit takes at most 6 bytes in JSON (`\u001f`), a number at most
- * 24. Gives up (Infinity) past `limit`, on deep nesting, and on anything
- * whose JSON it cannot see from its own properties (a toJSON, a boxed
- * primitive).
+ * 25 (`-0.0000012345678901234567`; 26 counted). Gives up (Infinity) past
+ * `limit`, on deep nesting, and on anything whose JSON it cannot see from
+ * its own properties (a toJSON, a boxed primitive).
  */
 function jsonBytesAtMost (value: unknown, limit: number, depth = 0): number {
   switch (typeof value) {
     case 'string': return value.length * 6 + 2
-    case 'number': return 24
+    case 'number': return 26
     case 'boolean': return 5
     case 'undefined': case 'function': case 'symbol': return 4
     case 'bigint': return Infinity

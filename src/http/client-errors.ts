@@ -19,8 +19,10 @@ function detailOf (error: NodeJS.ErrnoException): string {
 
 /** Fastify's `clientErrorHandler`: one problem+json answer, then the socket closes. */
 export function answerClientError (error: NodeJS.ErrnoException, socket: Socket): void {
-  // A connection that is gone, or an answer already on its way, needs nothing more.
-  if (error.code === 'ECONNRESET' || !socket.writable) {
+  // A connection that is gone, or one with an answer already on its way (whose body these bytes
+  // would corrupt), is only closed.
+  const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
+  if (error.code === 'ECONNRESET' || !socket.writable || inFlight) {
     socket.destroy()
     return
   }

@@ -112,6 +112,9 @@ export async function runToCompletion (spec: Spawn, options: RunOptions): Promis
   // When the direct child exits, what it left in the background (`sleep 60 &`) is killed at
   // once: it would otherwise hold the output pipes open and the call until its timeout.
   killGroup(child.pid, spec.killTree)
+  // A process that left the group (setsid) where no cgroup catches it may still hold the pipes:
+  // after the grace period they are closed on our side, so the call ends all the same.
+  release ??= setTimeout(closePipes, PIPE_GRACE_MS).unref()
   await Promise.all(draining)
   clearTimeout(release)
 

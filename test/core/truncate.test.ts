@@ -53,4 +53,12 @@ describe('truncateResult', () => {
     expect(size(value)).toBeLessThanOrEqual(1000)
     expect(value as string).not.toMatch(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])/)
   })
+
+  it('never lets the longest numbers slip past the limit', () => {
+    const longest = -1.2345678901234567e-6
+    expect(JSON.stringify(longest)).toHaveLength(25)
+    const { value, truncated } = truncateResult(Array.from({ length: 39 }, () => longest), 1000)
+    expect(truncated).toBe(true)
+    expect(Buffer.byteLength(JSON.stringify(value))).toBeLessThanOrEqual(1000)
+  })
 })

@@ -11,8 +11,11 @@ import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { parseConfig } from '../../src/config.ts'
 import { createRunner } from '../../src/sandbox/index.ts'
+import { findPrlimit } from '../../src/sandbox/limits.ts'
+import { PlainRunner } from '../../src/sandbox/plain-runner.ts'
 import type { ProcessRunner, RunOptions } from '../../src/sandbox/types.ts'
 import { buildTestApp, tempDir } from '../helper.ts'
+import { processesWith, uniqueSleepSeconds } from '../support/processes.ts'
 
 const log = pino({ level: 'silent' })
 
@@ -90,6 +93,21 @@ describe('both runners', () => {
       expect(started).toBeLessThanOrEqual(10)
     })
   }
+})
+
+describe('the plain runner without a pids cgroup', () => {
+  it('ends a run whose setsid orphan still holds the output pipes (it cannot be killed by group)', async () => {
+    const runner = new PlainRunner({ cpuSeconds: 60, maxFileBytes: 1 << 20, maxProcesses: 64, maxMemoryBytes: 1 << 30 }, findPrlimit())
+    const cwd = await realpath(await tempDir())
+    const marker = uniqueSleepSeconds()
+    try {
+      // The direct child exits at once; the orphan keeps stdout open far longer than the 15 s timeout.
+      const result = await run(runner, cwd, `setsid sleep ${marker} & echo started`)
+      expect([result.exitCode, result.stdout, result.timedOut]).toEqual([0, 'started\n', false])
+    } finally {
+      for (const pid of processesWith(marker)) process.kill(pid, 'SIGKILL')
+    }
+  })
 })
 
 describe('the sandbox mode at start', () => {
