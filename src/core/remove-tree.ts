@@ -23,6 +23,13 @@ const codeOf = (error: unknown): string | undefined => (error as NodeJS.ErrnoExc
 
 /** Removes `target` (a directory, a file or a link) and everything under it; nothing there is fine. */
 export async function removeTree (target: string): Promise<void> {
+  // Usually a workspace, and usually empty by now: one rmdir does it.
+  try {
+    await rmdir(target)
+    return
+  } catch (error) {
+    if (codeOf(error) === 'ENOENT') return
+  }
   await removeEntry(target, 0)
 }
 
