@@ -23,18 +23,12 @@ const codeOf = (error: unknown): string | undefined => (error as NodeJS.ErrnoExc
 
 /** Removes `target` (a directory, a file or a link) and everything under it; nothing there is fine. */
 export async function removeTree (target: string): Promise<void> {
-  // Usually a workspace, and usually empty by now: one rmdir does it.
-  try {
-    await rmdir(target)
-    return
-  } catch (error) {
-    if (codeOf(error) === 'ENOENT') return
-  }
-  await removeEntry(target, 0)
+  // Usually a workspace, so a directory first.
+  await removeDirectory(target, 0)
 }
 
+/** An entry of unknown kind: a file or a symlink goes in one step (unlink never follows a link). */
 async function removeEntry (at: string, depth: number): Promise<void> {
-  // A file or a symlink goes in one step, and unlink never follows a link.
   try {
     await unlink(at)
     return
@@ -43,17 +37,25 @@ async function removeEntry (at: string, depth: number): Promise<void> {
     if (code === 'ENOENT') return
     if (code !== 'EISDIR' && code !== 'EPERM') throw error
   }
-  // The common case for a workspace, an empty directory, in one step.
+  await removeDirectory(at, depth)
+}
+
+/**
+ * A directory: one rmdir when it is empty, else emptied through a descriptor
+ * and removed. Each hand-over between the two kinds (an entry swapped while
+ * looked at) counts as a level, so a swapping loop cannot keep it going.
+ */
+async function removeDirectory (at: string, depth: number): Promise<void> {
+  if (depth >= MAX_DEPTH) throw new Error(`directory tree deeper than ${MAX_DEPTH} levels`)
   try {
     await rmdir(at)
     return
   } catch (error) {
     const code = codeOf(error)
     if (code === 'ENOENT') return
-    if (code === 'ENOTDIR') return removeEntry(at, depth)
+    if (code === 'ENOTDIR') return removeEntry(at, depth + 1)
     if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error
   }
-  if (depth >= MAX_DEPTH) throw new Error(`directory tree deeper than ${MAX_DEPTH} levels`)
   let handle
   try {
     handle = await open(at, DIRECTORY_FLAGS)
@@ -61,7 +63,7 @@ async function removeEntry (at: string, depth: number): Promise<void> {
     const code = codeOf(error)
     if (code === 'ENOENT') return
     // Swapped for a symlink (or a file) since: remove that instead, as what it is now.
-    if (code === 'ELOOP' || code === 'ENOTDIR') return removeEntry(at, depth)
+    if (code === 'ELOOP' || code === 'ENOTDIR') return removeEntry(at, depth + 1)
     throw error
   }
   try {
@@ -69,7 +71,7 @@ async function removeEntry (at: string, depth: number): Promise<void> {
   } finally {
     await handle.close()
   }
-  await removeEntry(at, depth + 1)
+  await removeDirectory(at, depth + 1)
 }
 
 /** Removes every entry of the open directory `fd`, listing it again while entries keep appearing. */
