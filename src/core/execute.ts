@@ -53,9 +53,8 @@ export type Outcome =
 
 const MIN_RESULT_BYTES = 256
 
-/** Looks up a tool the caller may use: NotFound when absent, PermissionDenied when out of scope. */
-export function findTool (registry: ToolRegistry, name: string, scope: NameMatcher): AnyTool {
-  const tool = registry.get(name)
+/** The tool `name` found, when the caller may use it: NotFound when absent, PermissionDenied when out of scope. */
+export function usableTool (tool: AnyTool | undefined, name: string, scope: NameMatcher): AnyTool {
   if (!tool) throw new ToolError('NotFound', `no tool named ${JSON.stringify(name)}`)
   if (!scope(tool.name)) throw new ToolError('PermissionDenied', `tool ${JSON.stringify(tool.name)} is outside this token's allowed tools`)
   return tool
@@ -113,10 +112,10 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   let outcome: Outcome
   let disposeSignal: (() => void) | undefined
   try {
+    const found = services.registry.get(call.name)
     // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
-    toolName = services.registry.get(call.name)?.name ?? call.name
-    const tool = findTool(services.registry, call.name, caller.scope)
-    toolName = tool.name
+    toolName = found?.name ?? call.name
+    const tool = usableTool(found, call.name, caller.scope)
     metricName = tool.name
     const args = parseArguments(call.arguments)
     validateArguments(tool, args, caller.log)

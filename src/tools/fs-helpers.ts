@@ -12,7 +12,6 @@ import { closeQuietly, openContainedDirectory, openNoFollow, READ_FLAGS, splitIn
 import { checkPathSyntax, resolveInWorkspace } from '../core/paths.ts'
 import type { WorkspaceQuota } from '../core/quotas.ts'
 
-/** Maps a Node filesystem error to the contract's codes; other errors pass through. */
 /**
  * A caller's path as messages show it: as is when it reads unambiguously
  * (so the seed's `file not found: a.txt` holds), quoted when it is empty or
@@ -22,6 +21,7 @@ export function quoted (userPath: string): string {
   return /^[^\s"\p{Cc}](?:[^"\p{Cc}]*[^\s"\p{Cc}])?$/u.test(userPath) ? userPath : JSON.stringify(userPath)
 }
 
+/** Maps a Node filesystem error to the contract's codes; other errors pass through. */
 export function fsError (error: unknown, userPath: string): unknown {
   const shown = quoted(userPath)
   const code = (error as NodeJS.ErrnoException)?.code
@@ -45,11 +45,11 @@ export async function existingPath (workspaceDir: string, userPath: string): Pro
 }
 
 /**
- * Opens an existing file of the workspace for reading, race-free. The common
- * case — no symlink anywhere on the way — costs one open (see
- * openNoFollow); any other path (a symlink inside the workspace, a missing
- * file, an escape attempt) takes the full resolution and walk, with their
- * errors. The file's type is not checked yet: `checkedStat` does that.
+ * Opens an existing file of the workspace for reading, race-free. A name
+ * right in the workspace that is not a symlink costs one open (see
+ * openNoFollow); any other path (deeper, through a symlink, missing, an
+ * escape attempt) takes the full resolution and walk, with their errors.
+ * The file's type is not checked yet: `checkedStat` does that.
  */
 export async function openForReading (workspaceDir: string, userPath: string): Promise<FileHandle> {
   checkPathSyntax(userPath)
