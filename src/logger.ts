@@ -23,10 +23,18 @@ export const REDACT_PATHS = [
   '*.webhook',
 ]
 
+/**
+ * Log lines are buffered and written a few kilobytes at a time, off the event
+ * loop: one write per line cost each tool call more than its own work. A
+ * line waits at most LOG_FLUSH_MS; at exit pino writes what is left.
+ */
+const LOG_BUFFER_BYTES = 4096
+const LOG_FLUSH_MS = 200
+
 /** The logger for `config`; `destination` (tests) replaces stdout. */
 export function createLogger (config: Config, options: { destination?: DestinationStream, pretty?: boolean } = {}): Logger {
   const base = { level: config.logging.level, redact: { paths: REDACT_PATHS, censor: REDACTED } }
   if (options.destination) return pino(base, options.destination)
   if (options.pretty ?? process.stdout.isTTY) return pino({ ...base, transport: { target: 'pino-pretty', options: { colorize: true } } })
-  return pino(base)
+  return pino(base, pino.destination({ dest: 1, sync: false, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS }))
 }

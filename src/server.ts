@@ -76,6 +76,8 @@ async function main (): Promise<void> {
     log.info('stopped')
   })
   await app.listen({ host: config.server.host, port: config.server.port })
+  // The start-up lines go out now, not with the first periodic flush.
+  log.flush()
 }
 
 await main()

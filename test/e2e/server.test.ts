@@ -25,6 +25,23 @@ describe('the built server', () => {
     expect(await response.json()).toMatchObject({ tool: 'exec_shell', result: { exit_code: 0, stdout: 'e2e\n' } })
   })
 
+  it('writes buffered log lines within a flush period while idle, and the rest at exit', async () => {
+    const server = await startServer({ sandbox: { mode: 'none' } })
+    await waitReady(server)
+    const lines = () => server.output().split('\n').filter((line) => line.includes('"tool call finished"'))
+    await post(server.base, '/v1/tools/write_file/execute', { workspace: 'logs', arguments: { path: 'a.txt', content: 'a' } })
+    const deadline = Date.now() + 2000
+    while (lines().length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(lines()).toHaveLength(1)
+    expect(JSON.parse(lines()[0] as string)).toMatchObject({ tool: 'write_file', code: 'ok', workspace: 'logs' })
+    // Calls answered just before SIGTERM still reach the log, with the shutdown's own lines.
+    for (let i = 0; i < 5; i++) await post(server.base, '/v1/tools/read_file/execute', { workspace: 'logs', arguments: { path: 'a.txt' } })
+    server.child.kill('SIGTERM')
+    expect((await server.exited).code).toBe(0)
+    expect(lines()).toHaveLength(6)
+    expect(server.output()).toMatch(/"msg":"stopped"/)
+  })
+
   it('cancels a call whose client disconnects: the process dies and the workspace goes', async () => {
     const server = await startServer({ sandbox: { mode: 'none' }, workspaces: undefined })
     await waitReady(server)
