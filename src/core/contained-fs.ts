@@ -78,13 +78,17 @@ export async function openContainedDirectory (workspaceDir: string, relativeDir:
  * errors — whenever the shortcut does not apply or fails.
  */
 export async function openNoFollow (workspaceDir: string, absolute: string, flags = READ_FLAGS): Promise<FileHandle | undefined> {
-  if (!absolute.startsWith(workspaceDir + path.sep) || absolute.length === workspaceDir.length + 1) return undefined
-  if (absolute.includes(path.sep, workspaceDir.length + 1)) return undefined
+  if (!isDirectName(workspaceDir, absolute)) return undefined
   try {
     return await open(absolute, flags)
   } catch {
     return undefined
   }
+}
+
+/** Whether `absolute` names an entry right in the workspace directory (where openNoFollow's shortcut applies). */
+export function isDirectName (workspaceDir: string, absolute: string): boolean {
+  return absolute.startsWith(workspaceDir + path.sep) && absolute.length > workspaceDir.length + 1 && !absolute.includes(path.sep, workspaceDir.length + 1)
 }
 
 /**

@@ -8,7 +8,8 @@ import type { Stats } from 'node:fs'
 import { type FileHandle, lstat, open, rename, rm, writeFile } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import path from 'node:path'
-import { closeQuietly, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from '../core/contained-fs.ts'
+import { closeQuietly, isDirectName, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from '../core/contained-fs.ts'
+import { fileReaders } from '../core/file-readers.ts'
 import { checkPathSyntax, resolveInWorkspace } from '../core/paths.ts'
 import type { WorkspaceQuota } from '../core/quotas.ts'
 
@@ -77,10 +78,31 @@ async function openUnchecked (workspaceDir: string, absolute: string, userPath: 
 
 /** Only a regular file with no other names may be read: its other hard links may lie outside the workspace. */
 function checkReadable (stat: Stats, userPath: string): Stats {
-  if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${quoted(userPath)} is a directory`)
-  if (!stat.isFile()) throw new ToolError('InvalidArgs', `${quoted(userPath)} is not a regular file`)
-  if (stat.nlink > 1) throw new ToolError('InvalidPath', `${quoted(userPath)} has other hard links, which may lie outside the workspace`)
+  refuseUnreadable(stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other', stat.nlink, userPath)
   return stat
+}
+
+function refuseUnreadable (kind: 'file' | 'directory' | 'other', nlink: number, userPath: string): void {
+  if (kind === 'directory') throw new ToolError('InvalidArgs', `${quoted(userPath)} is a directory`)
+  if (kind !== 'file') throw new ToolError('InvalidArgs', `${quoted(userPath)} is not a regular file`)
+  if (nlink > 1) throw new ToolError('InvalidPath', `${quoted(userPath)} has other hard links, which may lie outside the workspace`)
+}
+
+/**
+ * The first `maxBytes` of a file right in the workspace, decoded as UTF-8,
+ * read by a reader thread in one round trip (core/file-readers.ts) under
+ * openNoFollow's rule. Undefined when that shortcut does not apply or the
+ * open fails: the caller then opens the ordinary way, with its precise errors.
+ */
+export async function readDirect (workspaceDir: string, userPath: string, maxBytes: number): Promise<string | undefined> {
+  checkPathSyntax(userPath)
+  const absolute = path.resolve(workspaceDir, userPath)
+  if (!isDirectName(workspaceDir, absolute)) return undefined
+  const result = await fileReaders.read(absolute, maxBytes)
+  if (!result.opened) return undefined
+  if ('errorCode' in result) throw fsError(Object.assign(new Error(`${result.errorCode}: cannot read ${quoted(userPath)}`), { code: result.errorCode }), userPath)
+  refuseUnreadable(result.kind, result.nlink, userPath)
+  return result.text
 }
 
 /** The open file's stat, when it is a file that may be read (closes it and throws otherwise). */

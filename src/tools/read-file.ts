@@ -9,7 +9,7 @@ import { Type } from '@sinclair/typebox'
 import { defineBuiltin } from './define.ts'
 import { fitString } from './exec-shell.ts'
 import { closeQuietly } from '../core/contained-fs.ts'
-import { checkedStat, openForReading, readTextChecked } from './fs-helpers.ts'
+import { checkedStat, openForReading, readDirect, readTextChecked } from './fs-helpers.ts'
 
 /** Bytes read at a time while looking for line ends. */
 const CHUNK_BYTES = 64 * 1024
@@ -25,15 +25,18 @@ export const readFileTool = defineBuiltin({
   description: 'Read the contents of a file in the workspace. Use offset and limit (lines) to page through large files.',
   parameters: Parameters,
   async execute (args, ctx) {
-    const handle = await openForReading(ctx.workspaceDir, args.path)
     if (args.offset === undefined && args.limit === undefined) {
+      // One byte more than the limit lets truncation see that there was more.
+      const direct = await readDirect(ctx.workspaceDir, args.path, ctx.maxResultBytes + 1)
+      if (direct !== undefined) return { content: direct }
+      const handle = await openForReading(ctx.workspaceDir, args.path)
       try {
-        // One byte more than the limit lets truncation see that there was more.
         return { content: await readTextChecked(handle, args.path, ctx.maxResultBytes + 1) }
       } finally {
         closeQuietly(handle)
       }
     }
+    const handle = await openForReading(ctx.workspaceDir, args.path)
     await checkedStat(handle, args.path)
     try {
       const offset = args.offset ?? 1

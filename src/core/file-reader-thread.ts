@@ -1,0 +1,51 @@
+/**
+ * The body of a file-reader thread (see file-readers.ts): each request opens
+ * one file, checks it, reads a capped prefix and closes it, in one go, and
+ * answers with the text. Plain JavaScript under the types: Node runs this
+ * file itself (type stripping) or its built copy in dist/.
+ */
+import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs'
+import { parentPort } from 'node:worker_threads'
+import type { ReadAnswer, ReadRequest } from './file-readers.ts'
+
+/** The same flags as contained-fs's READ_FLAGS: no symlink at the name, never block on a FIFO. */
+const FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
+
+/** One buffer for every read of this thread: reads here are sequential. */
+let scratch = Buffer.allocUnsafeSlow(64 * 1024 + 1)
+
+function readPrefix (fd: number, maxBytes: number): string {
+  if (scratch.length < maxBytes) scratch = Buffer.allocUnsafeSlow(maxBytes)
+  let filled = 0
+  // To the end or the cap, whatever the stat said: a file may grow while it is read.
+  while (filled < maxBytes) {
+    const bytesRead = readSync(fd, scratch, filled, maxBytes - filled, filled)
+    if (bytesRead === 0) break
+    filled += bytesRead
+  }
+  return scratch.toString('utf8', 0, filled)
+}
+
+function answer (request: ReadRequest): ReadAnswer {
+  let fd: number
+  try {
+    fd = openSync(request.path, FLAGS)
+  } catch {
+    return { id: request.id, opened: false }
+  }
+  try {
+    const stat = fstatSync(fd)
+    const kind = stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other'
+    // Only a regular file with one name is read: the caller refuses the rest.
+    if (kind !== 'file' || stat.nlink > 1) return { id: request.id, opened: true, kind, nlink: stat.nlink }
+    return { id: request.id, opened: true, kind, nlink: stat.nlink, text: readPrefix(fd, request.maxBytes) }
+  } catch (error) {
+    return { id: request.id, opened: true, errorCode: (error as NodeJS.ErrnoException).code ?? 'EIO' }
+  } finally {
+    closeSync(fd)
+  }
+}
+
+parentPort?.on('message', (request: ReadRequest) => {
+  parentPort?.postMessage(answer(request))
+})

@@ -1,0 +1,119 @@
+/**
+ * Small reads off the thread pool's round trips. Reading a file through
+ * fs.promises takes four thread-pool round trips (open, fstat, read, close),
+ * and each costs the event loop a thread wake-up and a completion; on a
+ * virtual machine that is most of a small read's cost. A reader thread does
+ * the four calls in one go and answers once, and under load the answers of
+ * many reads arrive together. Like the thread pool, the readers block only
+ * themselves: a stuck read (a hung network filesystem) holds one reader,
+ * and new reads go to the reader with the fewest waiting.
+ *
+ * Anything unusual is the caller's to handle the ordinary way: a failed
+ * open, or a reader that died, answers `opened: false`.
+ */
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { Worker } from 'node:worker_threads'
+
+export interface ReadRequest {
+  id: number
+  /** Absolute path, opened without following a symlink at its last component. */
+  path: string
+  /** Read at most this many bytes from the start. */
+  maxBytes: number
+}
+
+/** `text` comes only for a regular file with one name: the caller refuses anything else. */
+export type ReadResult =
+  | { opened: false }
+  | { opened: true, errorCode: string }
+  | { opened: true, kind: 'file' | 'directory' | 'other', nlink: number, text?: string }
+
+export type ReadAnswer = ReadResult & { id: number }
+
+const THREAD_FILE = fileURLToPath(new URL(`./file-reader-thread${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url))
+const NOT_OPENED: ReadResult = { opened: false }
+
+class Reader {
+  readonly #worker: Worker
+  readonly #pending = new Map<number, (answer: ReadResult) => void>()
+  #alive = true
+
+  constructor () {
+    this.#worker = new Worker(THREAD_FILE)
+    this.#worker.unref()
+    this.#worker.on('message', (answer: ReadAnswer) => this.#settle(answer.id, answer))
+    this.#worker.on('error', () => this.#fail())
+    this.#worker.on('exit', () => this.#fail())
+  }
+
+  get alive (): boolean { return this.#alive }
+  get waiting (): number { return this.#pending.size }
+
+  read (request: ReadRequest): Promise<ReadResult> {
+    if (!this.#alive) return Promise.resolve(NOT_OPENED)
+    return new Promise((resolve) => {
+      // A reader holds the process open only while someone waits for it.
+      if (this.#pending.size === 0) this.#worker.ref()
+      this.#pending.set(request.id, resolve)
+      this.#worker.postMessage(request)
+    })
+  }
+
+  terminate (): Promise<number> {
+    return this.#worker.terminate()
+  }
+
+  #settle (id: number, answer: ReadResult): void {
+    const resolve = this.#pending.get(id)
+    this.#pending.delete(id)
+    if (this.#pending.size === 0) this.#worker.unref()
+    resolve?.(answer)
+  }
+
+  /** A dead reader's waiting reads go the ordinary way. */
+  #fail (): void {
+    this.#alive = false
+    for (const id of [...this.#pending.keys()]) this.#settle(id, NOT_OPENED)
+  }
+}
+
+export class FileReaders {
+  readonly #size: number
+  #readers: Reader[] = []
+  #nextId = 0
+
+  constructor (size = 2) {
+    this.#size = size
+  }
+
+  /** Starts the threads ahead of the first read (a thread takes some milliseconds to start). */
+  warm (): void {
+    this.#live()
+  }
+
+  /** The first `maxBytes` of the file at `absolute`, decoded as UTF-8, once it is known to be a readable regular file. */
+  read (absolute: string, maxBytes: number): Promise<ReadResult> {
+    const readers = this.#live()
+    let chosen = readers[0] as Reader
+    for (const reader of readers) if (reader.waiting < chosen.waiting) chosen = reader
+    return chosen.read({ id: this.#nextId++, path: absolute, maxBytes })
+  }
+
+  async close (): Promise<void> {
+    const readers = this.#readers
+    this.#readers = []
+    await Promise.all(readers.map((reader) => reader.terminate()))
+  }
+
+  #live (): Reader[] {
+    if (this.#readers.length < this.#size || this.#readers.some((reader) => !reader.alive)) {
+      this.#readers = this.#readers.filter((reader) => reader.alive)
+      while (this.#readers.length < this.#size) this.#readers.push(new Reader())
+    }
+    return this.#readers
+  }
+}
+
+/** The process's readers, shared by every app it builds. */
+export const fileReaders = new FileReaders()

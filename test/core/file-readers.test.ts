@@ -1,0 +1,73 @@
+/**
+ * The reader threads (core/file-readers.ts): one round trip per small read,
+ * answering what the caller needs to refuse a file the same way the
+ * ordinary open would, and handing a read back when a thread is gone.
+ */
+import { execFileSync } from 'node:child_process'
+import { link, mkdir, symlink, truncate, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { FileReaders } from '../../src/core/file-readers.ts'
+import { tempDir } from '../support/temp.ts'
+
+let readers: FileReaders | undefined
+afterEach(async () => { await readers?.close() })
+
+/** A read's answer without the thread's request id. */
+async function answer (file: string, maxBytes: number): Promise<Record<string, unknown>> {
+  const { id: _id, ...rest } = await (readers as FileReaders).read(file, maxBytes) as Record<string, unknown>
+  return rest
+}
+
+describe('file readers', () => {
+  it('read a capped prefix of a regular file, decoded as UTF-8', async () => {
+    readers = new FileReaders(2)
+    const dir = await tempDir('readers-')
+    await writeFile(path.join(dir, 'a.txt'), 'héllo wörld\n')
+    expect(await answer(path.join(dir, 'a.txt'), 1000)).toEqual({ opened: true, kind: 'file', nlink: 1, text: 'héllo wörld\n' })
+    expect(await readers.read(path.join(dir, 'a.txt'), 5)).toMatchObject({ text: 'h\u00e9ll' })
+    await writeFile(path.join(dir, 'empty'), '')
+    expect(await readers.read(path.join(dir, 'empty'), 10)).toMatchObject({ kind: 'file', text: '' })
+  })
+
+  it('hand back what they do not open (a symlink at the name, a missing file) and read nothing that is not a one-name regular file', async () => {
+    readers = new FileReaders(1)
+    const dir = await tempDir('readers-')
+    await writeFile(path.join(dir, 'target'), 'secret')
+    await symlink(path.join(dir, 'target'), path.join(dir, 'link'))
+    await link(path.join(dir, 'target'), path.join(dir, 'hard'))
+    await mkdir(path.join(dir, 'sub'))
+    execFileSync('mkfifo', [path.join(dir, 'fifo')])
+    expect(await answer(path.join(dir, 'link'), 100)).toEqual({ opened: false })
+    expect(await answer(path.join(dir, 'missing'), 100)).toEqual({ opened: false })
+    expect(await answer(path.join(dir, 'hard'), 100)).toEqual({ opened: true, kind: 'file', nlink: 2 })
+    expect(await answer(path.join(dir, 'sub'), 100)).toEqual({ opened: true, kind: 'directory', nlink: 2 })
+    // A FIFO without a writer answers at once: the open does not block, and it is never read.
+    expect(await answer(path.join(dir, 'fifo'), 100)).toEqual({ opened: true, kind: 'other', nlink: 1 })
+  })
+
+  it('keep answering while one reader is busy with a long read', async () => {
+    readers = new FileReaders(2)
+    const dir = await tempDir('readers-')
+    await writeFile(path.join(dir, 'big'), '')
+    await truncate(path.join(dir, 'big'), 128 * 1024 * 1024)
+    await writeFile(path.join(dir, 'small'), 'small')
+    let longDone = false
+    const long = readers.read(path.join(dir, 'big'), 128 * 1024 * 1024).finally(() => { longDone = true })
+    expect(await readers.read(path.join(dir, 'small'), 100)).toMatchObject({ text: 'small' })
+    expect(longDone).toBe(false)
+    expect(((await long) as { text: string }).text).toHaveLength(128 * 1024 * 1024)
+  }, 30_000)
+
+  it('hand a read back when its thread stops, and start fresh threads for the next', async () => {
+    readers = new FileReaders(1)
+    const dir = await tempDir('readers-')
+    await writeFile(path.join(dir, 'big'), '')
+    await truncate(path.join(dir, 'big'), 512 * 1024 * 1024)
+    await writeFile(path.join(dir, 'small'), 'still here')
+    const pending = readers.read(path.join(dir, 'big'), 512 * 1024 * 1024)
+    await readers.close()
+    expect(await pending).toEqual({ opened: false })
+    expect(await readers.read(path.join(dir, 'small'), 100)).toMatchObject({ text: 'still here' })
+  }, 30_000)
+})
