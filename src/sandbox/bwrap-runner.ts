@@ -12,6 +12,7 @@
  */
 import { existsSync, lstatSync } from 'node:fs'
 import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
+import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { PidsCgroups } from './pids-cgroup.ts'
 import { reportsMissingProgram, runToCompletion } from './process.ts'
@@ -112,13 +113,15 @@ export class BwrapRunner implements ProcessRunner {
 
   async run (options: RunOptions): Promise<RunResult> {
     const { ulimits } = this.#options
-    const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES, ulimits)
-    const argv = [...(cgroup?.prefix ?? []), BWRAP, ...this.argv(options, !(cgroup && ulimits))]
+    const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
+    const bwrapArgs = this.argv(options, !(cgroup && ulimits))
+    const argv = cgroup ? launcherArgv([cgroup.join, ulimits].filter(Boolean).join(' && '), BWRAP, bwrapArgs) : [BWRAP, ...bwrapArgs]
     try {
       const result = await runToCompletion({ file: argv[0] as string, args: argv.slice(1), env: { PATH: SAFE_PATH }, cwd: options.cwd, killTree: cgroup?.killAll }, options)
       return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
     } finally {
-      await cgroup?.release()
+      // Whatever the run left is killed now; the wait for it to be gone need not hold the answer.
+      void cgroup?.release()
     }
   }
 }

@@ -4,6 +4,7 @@
  * filesystem or network isolation.
  */
 import { scrubbedEnvironment } from './environment.ts'
+import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { PidsCgroups } from './pids-cgroup.ts'
 import { reportsMissingProgram, runToCompletion } from './process.ts'
@@ -25,10 +26,10 @@ export class PlainRunner implements ProcessRunner {
   }
 
   async run (options: RunOptions): Promise<RunResult> {
-    const cgroup = this.#pids?.create(this.#limits.maxProcesses, this.#ulimits)
+    const cgroup = this.#pids?.create(this.#limits.maxProcesses)
     // With the limits set by the launcher, prlimit would only be one more program to start.
-    const limiter = cgroup && this.#ulimits ? [] : this.#prefix
-    const argv = [...(cgroup?.prefix ?? []), ...limiter, options.command, ...options.args]
+    const command = cgroup && this.#ulimits ? [options.command, ...options.args] : [...this.#prefix, options.command, ...options.args]
+    const argv = cgroup ? launcherArgv([cgroup.join, this.#ulimits].filter(Boolean).join(' && '), command[0] as string, command.slice(1)) : command
     try {
       const result = await runToCompletion({
         file: argv[0] as string,
@@ -39,7 +40,8 @@ export class PlainRunner implements ProcessRunner {
       }, options)
       return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
     } finally {
-      await cgroup?.release()
+      // Whatever the run left is killed now; the wait for it to be gone need not hold the answer.
+      void cgroup?.release()
     }
   }
 }

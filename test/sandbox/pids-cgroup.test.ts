@@ -8,7 +8,8 @@ import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { PidsCgroups } from '../../src/sandbox/pids-cgroup.ts'
+import { launcherArgv } from '../../src/sandbox/launcher.ts'
+import { PidsCgroups, type RunCgroup } from '../../src/sandbox/pids-cgroup.ts'
 
 const cgroups = PidsCgroups.detect()
 
@@ -21,10 +22,11 @@ function alive (pid: number): boolean {
   }
 }
 
-/** Starts `argv` through the cgroup's launcher; resolves with the pid the command printed once it runs. */
-function startIn (prefix: string[], script: string): Promise<number> {
+/** Starts `sh -c script` through the launcher joining `cgroup`; resolves with the pid the command printed once it runs. */
+function startIn (cgroup: RunCgroup, script: string): Promise<number> {
   return new Promise((resolve, reject) => {
-    const child = spawn(prefix[0] as string, [...prefix.slice(1), 'sh', '-c', script], { stdio: ['ignore', 'pipe', 'inherit'], detached: true })
+    const argv = launcherArgv(cgroup.join, 'sh', ['-c', script])
+    const child = spawn(argv[0] as string, argv.slice(1), { stdio: ['ignore', 'pipe', 'inherit'], detached: true })
     child.once('error', reject)
     child.stdout.once('data', (chunk: Buffer) => resolve(Number(chunk.toString().trim())))
   })
@@ -39,27 +41,28 @@ describe('pids cgroups', () => {
   it('hand an emptied cgroup to the next run with the same bound, and a fresh one for another bound', async () => {
     if (!cgroups) return
     const first = cgroups.create(7)
-    const procs = first.prefix[3] as string
+    const procs = first.procsFile
     await first.release()
     const second = cgroups.create(7)
-    expect(second.prefix[3]).toBe(procs)
+    expect(second.procsFile).toBe(procs)
     expect(readFileSync(path.join(path.dirname(procs), 'pids.max'), 'utf8').trim()).toBe('7')
     const other = cgroups.create(9)
-    expect(other.prefix[3]).not.toBe(procs)
-    expect(readFileSync(path.join(path.dirname(other.prefix[3] as string), 'pids.max'), 'utf8').trim()).toBe('9')
+    expect(other.procsFile).not.toBe(procs)
+    expect(readFileSync(path.join(path.dirname(other.procsFile), 'pids.max'), 'utf8').trim()).toBe('9')
     await Promise.all([second.release(), other.release()])
   })
 
   it('kill what a run left behind (even in a new session) before its cgroup is reused', async () => {
     if (!cgroups) return
     const run = cgroups.create(16)
-    const procs = run.prefix[3] as string
-    const leftover = await startIn(run.prefix, 'setsid sleep 60 & echo $!; wait')
+    const procs = run.procsFile
+    const leftover = await startIn(run, 'setsid sleep 60 & echo $!; wait')
     expect(alive(leftover)).toBe(true)
+    expect(readFileSync(procs, 'utf8').split('\n')).toContain(String(leftover))
     await run.release()
     expect(readFileSync(procs, 'utf8').trim()).toBe('')
     const next = cgroups.create(16)
-    expect(next.prefix[3]).toBe(procs)
+    expect(next.procsFile).toBe(procs)
     await next.release()
     for (let i = 0; i < 100 && alive(leftover); i++) await new Promise((resolve) => setTimeout(resolve, 20))
     expect(alive(leftover)).toBe(false)
