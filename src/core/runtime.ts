@@ -34,6 +34,7 @@ export interface RuntimeOptions {
 export class Runtime implements ExecutionServices {
   readonly config: Config
   readonly log: Logger
+  readonly callLog: Logger
   readonly registry = new ToolRegistry()
   readonly limiter: Limiter
   readonly metrics: Metrics
@@ -53,6 +54,7 @@ export class Runtime implements ExecutionServices {
   constructor (config: Config, log: Logger, options: RuntimeOptions = {}) {
     this.config = config
     this.log = log
+    this.callLog = log.child({}, { redact: [] })
     this.#options = options
     this.maxResultBytes = config.limits.max_result_bytes
     this.quotaOf = quotaResolver(config.workspaces)

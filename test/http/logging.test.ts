@@ -32,6 +32,8 @@ describe('logging', () => {
     expect(finished).toHaveLength(2)
     expect(finished[0]).toMatchObject({ request_id: 'req-123', tool: 'write_file', workspace: 'logs', code: 'ok', duration_ms: expect.any(Number) })
     expect(finished[1]).toMatchObject({ tool: 'read_file', workspace: null, code: 'FileNotFound' })
+    // The line carries the service's own fields only: never an argument, a header or a result.
+    expect(Object.keys(finished[0] as object).sort()).toEqual(['code', 'duration_ms', 'hostname', 'level', 'msg', 'pid', 'request_id', 'time', 'tool', 'workspace'])
   })
 
   it('echoes a sane X-Request-Id and replaces an unsafe one', async () => {
