@@ -46,6 +46,6 @@ function answer (request: ReadRequest): ReadAnswer {
   }
 }
 
-parentPort?.on('message', (request: ReadRequest) => {
-  parentPort?.postMessage(answer(request))
+parentPort?.on('message', (batch: ReadRequest[]) => {
+  parentPort?.postMessage(batch.map(answer))
 })

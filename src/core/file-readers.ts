@@ -3,8 +3,8 @@
  * fs.promises takes four thread-pool round trips (open, fstat, read, close),
  * and each costs the event loop a thread wake-up and a completion; on a
  * virtual machine that is most of a small read's cost. A reader thread does
- * the four calls in one go and answers once, and under load the answers of
- * many reads arrive together. Like the thread pool, the readers block only
+ * the four calls in one go and answers once, and under load the reads of a
+ * turn of the event loop go out in one message and come back in one. Like the thread pool, the readers block only
  * themselves: a stuck read (a hung network filesystem) holds one reader,
  * and new reads go to the reader with the fewest waiting.
  *
@@ -37,12 +37,15 @@ const NOT_OPENED: ReadResult = { opened: false }
 class Reader {
   readonly #worker: Worker
   readonly #pending = new Map<number, (answer: ReadResult) => void>()
+  /** Requests of this turn of the event loop, sent together: one message (and one wake-up) for many reads. */
+  #batch: ReadRequest[] = []
   #alive = true
 
   constructor () {
-    this.#worker = new Worker(THREAD_FILE)
+    // A reader keeps little: a small young generation keeps its memory (and the cost of every fork of the service) small.
+    this.#worker = new Worker(THREAD_FILE, { resourceLimits: { maxYoungGenerationSizeMb: 4 } })
     this.#worker.unref()
-    this.#worker.on('message', (answer: ReadAnswer) => this.#settle(answer.id, answer))
+    this.#worker.on('message', (answers: ReadAnswer[]) => { for (const answer of answers) this.#settle(answer.id, answer) })
     this.#worker.on('error', () => this.#fail())
     this.#worker.on('exit', () => this.#fail())
   }
@@ -56,8 +59,14 @@ class Reader {
       // A reader holds the process open only while someone waits for it.
       if (this.#pending.size === 0) this.#worker.ref()
       this.#pending.set(request.id, resolve)
-      this.#worker.postMessage(request)
+      if (this.#batch.push(request) === 1) setImmediate(this.#send)
     })
+  }
+
+  readonly #send = (): void => {
+    const batch = this.#batch
+    this.#batch = []
+    if (this.#alive) this.#worker.postMessage(batch)
   }
 
   terminate (): Promise<number> {

@@ -46,6 +46,14 @@ describe('file readers', () => {
     expect(await answer(path.join(dir, 'fifo'), 100)).toEqual({ opened: true, kind: 'other', nlink: 1 })
   })
 
+  it('answer each of many reads sent in the same turn of the event loop with its own file', async () => {
+    readers = new FileReaders(2)
+    const dir = await tempDir('readers-')
+    await Promise.all(Array.from({ length: 300 }, (_, i) => writeFile(path.join(dir, `f${i}`), `content ${i}`)))
+    const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => readers?.read(path.join(dir, `f${i}`), 100)))
+    expect(answers.map((a) => (a as { text: string }).text)).toEqual(Array.from({ length: 300 }, (_, i) => `content ${i}`))
+  })
+
   it('keep answering while one reader is busy with a long read', async () => {
     readers = new FileReaders(2)
     const dir = await tempDir('readers-')
