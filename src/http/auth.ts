@@ -31,10 +31,15 @@ function needsAuth (url: string): boolean {
 
 export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
   const known = auth.tokens.map((t) => ({ digest: digest(t.token), principal: { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools } }))
+  // Without tokens every request is anonymous: no hook to run per request.
+  if (known.length === 0) {
+    app.decorateRequest('principal', { getter: () => ANONYMOUS })
+    return
+  }
   app.decorateRequest('principal', null as unknown as Principal)
   app.addHook('onRequest', async (request: FastifyRequest) => {
     request.principal = ANONYMOUS
-    if (known.length === 0 || !needsAuth(request.url)) return
+    if (!needsAuth(request.url)) return
     const header = request.headers.authorization ?? ''
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header)
     if (!match?.[1]) throw new ToolError('Unauthorized', 'send Authorization: Bearer <token>')
