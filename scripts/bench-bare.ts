@@ -4,7 +4,7 @@
  *   GET  /healthz       answers ok (readiness)
  *   POST /read          takes the same JSON body as Toolport's execute (`{workspace, arguments: {path}}`),
  *                       reads that file in BENCH_DIR (the same 1 KiB file) and answers it as JSON
- *   POST /spawn/:kind   runs the argv of BENCH_ARGV_<KIND> (JSON) in BENCH_CWD and answers its exit code
+ *   POST /spawn/:kind   runs the argv of BENCH_ARGV_<KIND> (JSON; `plain-bare` reads BENCH_ARGV_PLAIN_BARE) in BENCH_CWD and answers its exit code
  */
 import { spawn } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
@@ -13,7 +13,7 @@ import Fastify from 'fastify'
 
 const dir = process.env['BENCH_DIR'] ?? ''
 const cwd = process.env['BENCH_CWD'] ?? process.cwd()
-const argvOf = (kind: string): string[] => JSON.parse(process.env[`BENCH_ARGV_${kind.toUpperCase()}`] ?? '[]') as string[]
+const argvOf = (kind: string): string[] => JSON.parse(process.env[`BENCH_ARGV_${kind.toUpperCase().replaceAll('-', '_')}`] ?? '[]') as string[]
 
 function run (argv: string[]): Promise<number | null> {
   return new Promise((resolve, reject) => {
