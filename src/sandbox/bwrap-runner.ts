@@ -31,7 +31,7 @@ export interface BwrapOptions {
   hidePaths: string[]
   /** Per-run pids cgroups, where they can be made (the process bound that holds for a root service). */
   pids?: PidsCgroups | undefined
-  /** The limits as shell commands for the cgroup launcher, which then sets them instead of prlimit (see limits.ts). */
+  /** The limits as shell commands for the launcher, which then sets them instead of prlimit (see limits.ts). */
   ulimits?: string | undefined
 }
 
@@ -114,8 +114,11 @@ export class BwrapRunner implements ProcessRunner {
   async run (options: RunOptions): Promise<RunResult> {
     const { ulimits } = this.#options
     const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
-    const bwrapArgs = this.argv(options, !(cgroup && ulimits))
-    const argv = cgroup ? launcherArgv([cgroup.join, ulimits].filter(Boolean).join(' && '), BWRAP, bwrapArgs) : [BWRAP, ...bwrapArgs]
+    // The limits are set inside the sandbox by a launcher that becomes the command (or runs its
+    // sh -c script); joining the cgroup has to happen outside, where the cgroup files can be written.
+    const inner = ulimits ? launcherArgv(ulimits, options.command, options.args) : undefined
+    const bwrapArgs = inner ? this.argv({ ...options, command: inner[0] as string, args: inner.slice(1) }, false) : this.argv(options)
+    const argv = cgroup ? launcherArgv(cgroup.join, BWRAP, bwrapArgs) : [BWRAP, ...bwrapArgs]
     try {
       const result = await runToCompletion({ file: argv[0] as string, args: argv.slice(1), env: { PATH: SAFE_PATH }, cwd: options.cwd, killTree: cgroup?.killAll }, options)
       return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result

@@ -51,8 +51,8 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   const pids = PidsCgroups.detect()
   // RLIMIT_NPROC does not bind uid 0; only a pids cgroup bounds a root service's tools.
   if (!pids && process.getuid?.() === 0) options.log.warn('running as root without a writable pids cgroup: sandbox.max_processes is not enforced')
-  // The cgroup launcher is a shell anyway: where /bin/sh's ulimit can set the limits, it does, and prlimit is skipped.
-  const units = pids ? probeUlimitUnits() : undefined
+  // Where /bin/sh's ulimit can set every limit, the launcher does, and prlimit is skipped (one program start fewer).
+  const units = probeUlimitUnits()
   const ulimits = units ? ulimitCommands(limits, units) : undefined
   if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)
   const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], pids, ulimits })

@@ -1,6 +1,7 @@
 /**
- * Resource limits of tool processes, applied with util-linux's `prlimit`
- * wrapping the command: CPU seconds, the largest file it may write, the
+ * Resource limits of tool processes, applied by the launcher's `ulimit`s
+ * where /bin/sh can set them all (launcher.ts), else with util-linux's
+ * `prlimit` wrapping the command: CPU seconds, the largest file it may write, the
  * number of processes, and its data (heap) size. RLIMIT_DATA is used rather
  * than the address space: runtimes such as V8 reserve far more address space
  * than they ever use.
@@ -41,10 +42,12 @@ export function limitPrefix (prlimit: string | undefined, limits: ResourceLimits
   ]
 }
 
-/** The units in which /bin/sh's `ulimit` takes a file size and a data size (dash: 512 and 1024 bytes). */
+/** The units in which /bin/sh's `ulimit` takes a file size and a data size (dash: 512 and 1024 bytes), and its flag for the process count. */
 export interface UlimitUnits {
   fileBytes: number
   dataBytes: number
+  /** `-p` in dash, `-u` in bash. */
+  processFlag: '-p' | '-u'
 }
 
 /**
@@ -54,24 +57,32 @@ export interface UlimitUnits {
  */
 export function probeUlimitUnits (): UlimitUnits | undefined {
   try {
-    const limits = execFileSync('/bin/sh', ['-c', 'ulimit -t 7000 && ulimit -f 8000000 && ulimit -d 9000000 && exec cat /proc/self/limits'], { encoding: 'utf8', timeout: 5000, stdio: ['ignore', 'pipe', 'ignore'] })
-    const soft = (name: string): number => Number(new RegExp(`^${name}\\s+(\\d+)`, 'm').exec(limits)?.[1])
-    if (soft('Max cpu time') !== 7000) return undefined
-    const fileBytes = soft('Max file size') / 8_000_000
-    const dataBytes = soft('Max data size') / 9_000_000
-    return Number.isInteger(fileBytes) && fileBytes > 0 && Number.isInteger(dataBytes) && dataBytes > 0 ? { fileBytes, dataBytes } : undefined
+    const probe = (processFlag: string): string => execFileSync('/bin/sh', ['-c', `ulimit -t 7000 && ulimit -f 8000000 && ulimit -d 9000000 && ulimit ${processFlag} 97 && exec cat /proc/self/limits`], { encoding: 'utf8', timeout: 5000, stdio: ['ignore', 'pipe', 'ignore'] })
+    for (const processFlag of ['-p', '-u'] as const) {
+      let limits: string
+      try {
+        limits = probe(processFlag)
+      } catch {
+        continue
+      }
+      const soft = (name: string): number => Number(new RegExp(`^${name}\\s+(\\d+)`, 'm').exec(limits)?.[1])
+      if (soft('Max cpu time') !== 7000 || soft('Max processes') !== 97) continue
+      const fileBytes = soft('Max file size') / 8_000_000
+      const dataBytes = soft('Max data size') / 9_000_000
+      return Number.isInteger(fileBytes) && fileBytes > 0 && Number.isInteger(dataBytes) && dataBytes > 0 ? { fileBytes, dataBytes, processFlag } : undefined
+    }
+    return undefined
   } catch {
     return undefined
   }
 }
 
 /**
- * The same limits as `limitPrefix`, as shell commands for a launcher that is
- * a shell anyway (the pids-cgroup one): one program start fewer per run. The
- * process count is the cgroup's to bound.
+ * The same limits as `limitPrefix`, as shell commands for the launcher
+ * (launcher.ts), which then needs no prlimit: one program start fewer per run.
  */
 export function ulimitCommands (limits: ResourceLimits, units: UlimitUnits): string {
   const file = Math.max(1, Math.floor(limits.maxFileBytes / units.fileBytes))
   const data = Math.max(1, Math.floor(limits.maxMemoryBytes / units.dataBytes))
-  return `ulimit -t ${limits.cpuSeconds} && ulimit -f ${file} && ulimit -d ${data}`
+  return `ulimit -t ${limits.cpuSeconds} && ulimit -f ${file} && ulimit -d ${data} && ulimit ${units.processFlag} ${limits.maxProcesses}`
 }

@@ -17,7 +17,7 @@ export class PlainRunner implements ProcessRunner {
   readonly #pids: PidsCgroups | undefined
   readonly #ulimits: string | undefined
 
-  /** `ulimits`: the limits as shell commands, applied by the cgroup launcher instead of prlimit (see limits.ts). */
+  /** `ulimits`: the limits as shell commands, applied by the launcher instead of prlimit (see limits.ts). */
   constructor (limits: ResourceLimits, prlimit: string | undefined, pids?: PidsCgroups, ulimits?: string) {
     this.#prefix = limitPrefix(prlimit, limits)
     this.#limits = limits
@@ -28,8 +28,9 @@ export class PlainRunner implements ProcessRunner {
   async run (options: RunOptions): Promise<RunResult> {
     const cgroup = this.#pids?.create(this.#limits.maxProcesses)
     // With the limits set by the launcher, prlimit would only be one more program to start.
-    const command = cgroup && this.#ulimits ? [options.command, ...options.args] : [...this.#prefix, options.command, ...options.args]
-    const argv = cgroup ? launcherArgv([cgroup.join, this.#ulimits].filter(Boolean).join(' && '), command[0] as string, command.slice(1)) : command
+    const command = this.#ulimits ? [options.command, ...options.args] : [...this.#prefix, options.command, ...options.args]
+    const prelude = [cgroup?.join, this.#ulimits].filter(Boolean).join(' && ')
+    const argv = prelude ? launcherArgv(prelude, command[0] as string, command.slice(1)) : command
     try {
       const result = await runToCompletion({
         file: argv[0] as string,
