@@ -44,4 +44,5 @@ HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8080)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["node", "dist/src/server.js", "--config", "/etc/toolport/toolport.yaml"]
+# A young generation of at most 8 MiB: see docs/PERFORMANCE.md (every process a tool starts copies the page tables of the service).
+CMD ["node", "--max-semi-space-size=8", "dist/src/server.js", "--config", "/etc/toolport/toolport.yaml"]

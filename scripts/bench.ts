@@ -1,11 +1,11 @@
 /**
  * `npm run bench`: Toolport's performance budget (issue 6), measured in one
- * run against the built server (dist/), a bare Fastify baseline
- * (scripts/bench-bare.ts) and raw spawns. Prints each comparison with its
+ * run against the built server (dist/, with `npm start`'s node flags), a
+ * bare Fastify baseline (scripts/bench-bare.ts) and raw spawns. Prints each comparison with its
  * floor. BENCH_SECONDS sets the length of each load run (default 3),
  * BENCH_ROUNDS how many alternating runs of each side are compared (default 4).
  */
-import { mkdtemp, readdir, rm, truncate, writeFile } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -75,11 +75,17 @@ async function findFile (dir: string, name: string): Promise<string> {
   throw new Error(`${name} not found under ${dir}`)
 }
 
+/** Node's flags for the service, as `npm start` and the image give them (package.json's start script). */
+async function serviceNodeFlags (): Promise<string[]> {
+  const pkg = JSON.parse(await readFile(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
+  return pkg.scripts.start.split(' ').filter((word) => word.startsWith('--'))
+}
+
 async function startToolport (dir: string, name: string, sandbox: 'none' | 'bwrap'): Promise<{ server: Child, configFile: string, root: string }> {
   const root = path.join(dir, 'workspaces')
   const configFile = path.join(dir, `${name}.json`)
   await writeFile(configFile, JSON.stringify({ workspaces: { root }, sandbox: { mode: sandbox } }))
-  const server = await startNode([SERVER], { TOOLPORT_CONFIG: configFile }, '/readyz', path.join(dir, `${name}.log`))
+  const server = await startNode([...await serviceNodeFlags(), SERVER], { TOOLPORT_CONFIG: configFile }, '/readyz', path.join(dir, `${name}.log`))
   return { server, configFile, root }
 }
 
@@ -116,7 +122,7 @@ async function benchReads (toolport: Child, bare: Child): Promise<void> {
     await load({ url: execute(toolport.base, 'read_file'), connections, seconds: 1, body: readBody })
     const { peak, value: runs } = await peakRss(toolport.pid, () => alternate(
       () => load({ url: execute(toolport.base, 'read_file'), connections, seconds: SECONDS, body: readBody }),
-      () => load({ url: `${bare.base}/read`, connections, seconds: SECONDS, body: readBody }),
+      () => load({ url: `${bare.base}/read`, connections, seconds: SECONDS, body: readBody })
     ))
     compareRead(`${connections} connection${connections > 1 ? 's' : ''}:`, runs.toolport, runs.bare)
     if (connections === 32) report('RSS under load (32 connections of read_file)', `${Math.round(peak)} MiB`, '')
