@@ -13,6 +13,15 @@ import { tempDir } from '../support/temp.ts'
 let readers: FileReaders | undefined
 afterEach(async () => { await readers?.close() })
 
+/** A directory holding `big`, a sparse file of `bytes` (slow to read whole), and `small` with `text`. */
+async function bigAndSmall (bytes: number, text: string): Promise<string> {
+  const dir = await tempDir('readers-')
+  await writeFile(path.join(dir, 'big'), '')
+  await truncate(path.join(dir, 'big'), bytes)
+  await writeFile(path.join(dir, 'small'), text)
+  return dir
+}
+
 /** A read's answer without the thread's request id. */
 async function answer (file: string, maxBytes: number): Promise<Record<string, unknown>> {
   const { id: _id, ...rest } = await (readers as FileReaders).read(file, maxBytes) as Record<string, unknown>
@@ -56,10 +65,7 @@ describe('file readers', () => {
 
   it('keep answering while one reader is busy with a long read', async () => {
     readers = new FileReaders(2)
-    const dir = await tempDir('readers-')
-    await writeFile(path.join(dir, 'big'), '')
-    await truncate(path.join(dir, 'big'), 128 * 1024 * 1024)
-    await writeFile(path.join(dir, 'small'), 'small')
+    const dir = await bigAndSmall(128 * 1024 * 1024, 'small')
     let longDone = false
     const long = readers.read(path.join(dir, 'big'), 128 * 1024 * 1024).finally(() => { longDone = true })
     expect(await readers.read(path.join(dir, 'small'), 100)).toMatchObject({ text: 'small' })
@@ -69,10 +75,7 @@ describe('file readers', () => {
 
   it('hand a read back when its thread stops, and start fresh threads for the next', async () => {
     readers = new FileReaders(1)
-    const dir = await tempDir('readers-')
-    await writeFile(path.join(dir, 'big'), '')
-    await truncate(path.join(dir, 'big'), 512 * 1024 * 1024)
-    await writeFile(path.join(dir, 'small'), 'still here')
+    const dir = await bigAndSmall(512 * 1024 * 1024, 'still here')
     const pending = readers.read(path.join(dir, 'big'), 512 * 1024 * 1024)
     await readers.close()
     expect(await pending).toEqual({ opened: false })
