@@ -11,19 +11,19 @@ import type { ReadAnswer, ReadRequest } from './file-readers.ts'
 /** The same flags as contained-fs's READ_FLAGS: no symlink at the name, never block on a FIFO. */
 const FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
 
-/** One buffer for every read of this thread: reads here are sequential. */
-let scratch = Buffer.allocUnsafeSlow(64 * 1024 + 1)
+/** One buffer for the reads of this thread up to the default result limit (reads here are sequential); larger ones get their own. */
+const scratch = Buffer.allocUnsafeSlow(64 * 1024 + 1)
 
 function readPrefix (fd: number, maxBytes: number): string {
-  if (scratch.length < maxBytes) scratch = Buffer.allocUnsafeSlow(maxBytes)
+  const buffer = maxBytes <= scratch.length ? scratch : Buffer.allocUnsafeSlow(maxBytes)
   let filled = 0
   // To the end or the cap, whatever the stat said: a file may grow while it is read.
   while (filled < maxBytes) {
-    const bytesRead = readSync(fd, scratch, filled, maxBytes - filled, filled)
+    const bytesRead = readSync(fd, buffer, filled, maxBytes - filled, filled)
     if (bytesRead === 0) break
     filled += bytesRead
   }
-  return scratch.toString('utf8', 0, filled)
+  return buffer.toString('utf8', 0, filled)
 }
 
 function answer (request: ReadRequest): ReadAnswer {

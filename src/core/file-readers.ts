@@ -4,9 +4,10 @@
  * and each costs the event loop a thread wake-up and a completion; on a
  * virtual machine that is most of a small read's cost. A reader thread does
  * the four calls in one go and answers once, and under load the reads of a
- * turn of the event loop go out in one message and come back in one. Like the thread pool, the readers block only
- * themselves: a stuck read (a hung network filesystem) holds one reader,
- * and new reads go to the reader with the fewest waiting.
+ * turn of the event loop go out in one message and come back in one.
+ * Like the thread pool, the readers block only themselves: a stuck read (a
+ * hung network filesystem) holds one reader, and new reads go to the reader
+ * with the fewest waiting.
  *
  * Anything unusual is the caller's to handle the ordinary way: a failed
  * open, or a reader that died, answers `opened: false`.
