@@ -34,31 +34,55 @@ export type ReadAnswer = ReadResult & { id: number }
 
 const THREAD_FILE = fileURLToPath(new URL(`./file-reader-thread${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url))
 const NOT_OPENED: ReadResult = { opened: false }
+/** A reader with work that has answered nothing for this long is stalled (a hung filesystem): new reads avoid it. */
+const STALLED_MS = 500
+/** After a reader could not start or died, no new one for this long: a broken thread file must not cost a start per read. */
+const RESTART_BACKOFF_MS = 1000
+
+export interface FileReadersOptions {
+  /** Reader threads (default 2). */
+  size?: number
+  /** See STALLED_MS (tests shorten it). */
+  stalledMs?: number
+  /** The thread's code (tests give a broken one). */
+  threadFile?: string
+}
 
 class Reader {
   readonly #worker: Worker
+  readonly #stalledMs: number
   readonly #pending = new Map<number, (answer: ReadResult) => void>()
   /** Requests of this turn of the event loop, sent together: one message (and one wake-up) for many reads. */
   #batch: ReadRequest[] = []
   #alive = true
+  /** When it last answered, or took work while idle. */
+  #progressAt = 0
 
-  constructor () {
+  constructor (threadFile: string, stalledMs: number) {
+    this.#stalledMs = stalledMs
     // A reader keeps little: a small young generation keeps its memory (and the cost of every fork of the service) small.
-    this.#worker = new Worker(THREAD_FILE, { resourceLimits: { maxYoungGenerationSizeMb: 4 } })
+    this.#worker = new Worker(threadFile, { resourceLimits: { maxYoungGenerationSizeMb: 4 } })
     this.#worker.unref()
-    this.#worker.on('message', (answers: ReadAnswer[]) => { for (const answer of answers) this.#settle(answer.id, answer) })
+    this.#worker.on('message', (answers: ReadAnswer[]) => {
+      this.#progressAt = performance.now()
+      for (const answer of answers) this.#settle(answer.id, answer)
+    })
     this.#worker.on('error', () => this.#fail())
     this.#worker.on('exit', () => this.#fail())
   }
 
   get alive (): boolean { return this.#alive }
   get waiting (): number { return this.#pending.size }
+  stalled (now: number): boolean { return this.#pending.size > 0 && now - this.#progressAt > this.#stalledMs }
 
   read (request: ReadRequest): Promise<ReadResult> {
     if (!this.#alive) return Promise.resolve(NOT_OPENED)
     return new Promise((resolve) => {
       // A reader holds the process open only while someone waits for it.
-      if (this.#pending.size === 0) this.#worker.ref()
+      if (this.#pending.size === 0) {
+        this.#worker.ref()
+        this.#progressAt = performance.now()
+      }
       this.#pending.set(request.id, resolve)
       if (this.#batch.push(request) === 1) setImmediate(this.#send)
     })
@@ -90,11 +114,16 @@ class Reader {
 
 export class FileReaders {
   readonly #size: number
+  readonly #stalledMs: number
+  readonly #threadFile: string
   #readers: Reader[] = []
   #nextId = 0
+  #failedAt = Number.NEGATIVE_INFINITY
 
-  constructor (size = 2) {
-    this.#size = size
+  constructor (options: FileReadersOptions = {}) {
+    this.#size = options.size ?? 2
+    this.#stalledMs = options.stalledMs ?? STALLED_MS
+    this.#threadFile = options.threadFile ?? THREAD_FILE
   }
 
   /** Starts the threads ahead of the first read (a thread takes some milliseconds to start). */
@@ -102,12 +131,19 @@ export class FileReaders {
     this.#live()
   }
 
-  /** The first `maxBytes` of the file at `absolute`, decoded as UTF-8, once it is known to be a readable regular file. */
+  /**
+   * The first `maxBytes` of the file at `absolute`, decoded as UTF-8, once it
+   * is known to be a readable regular file: from the reader with the fewest
+   * waiting that is not stalled. With none (all stalled, or none could
+   * start), `opened: false` at once, and the caller reads the ordinary way.
+   */
   read (absolute: string, maxBytes: number): Promise<ReadResult> {
-    const readers = this.#live()
-    let chosen = readers[0] as Reader
-    for (const reader of readers) if (reader.waiting < chosen.waiting) chosen = reader
-    return chosen.read({ id: this.#nextId++, path: absolute, maxBytes })
+    const now = performance.now()
+    let chosen: Reader | undefined
+    for (const reader of this.#live()) {
+      if (!reader.stalled(now) && (chosen === undefined || reader.waiting < chosen.waiting)) chosen = reader
+    }
+    return chosen ? chosen.read({ id: this.#nextId++, path: absolute, maxBytes }) : Promise.resolve(NOT_OPENED)
   }
 
   async close (): Promise<void> {
@@ -118,10 +154,21 @@ export class FileReaders {
 
   #live (): Reader[] {
     if (this.#readers.length < this.#size || this.#readers.some((reader) => !reader.alive)) {
+      const before = this.#readers.length
       this.#readers = this.#readers.filter((reader) => reader.alive)
-      while (this.#readers.length < this.#size) this.#readers.push(new Reader())
+      if (this.#readers.length < before) this.#failedAt = performance.now()
+      if (performance.now() - this.#failedAt >= RESTART_BACKOFF_MS) this.#start()
     }
     return this.#readers
+  }
+
+  #start (): void {
+    try {
+      while (this.#readers.length < this.#size) this.#readers.push(new Reader(this.#threadFile, this.#stalledMs))
+    } catch {
+      // No thread could be made (ERR_WORKER_INIT_FAILED): reads go the ordinary way for a while.
+      this.#failedAt = performance.now()
+    }
   }
 }
 

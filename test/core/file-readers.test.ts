@@ -30,7 +30,7 @@ async function answer (file: string, maxBytes: number): Promise<Record<string, u
 
 describe('file readers', () => {
   it('read a capped prefix of a regular file, decoded as UTF-8', async () => {
-    readers = new FileReaders(2)
+    readers = new FileReaders({ size: 2 })
     const dir = await tempDir('readers-')
     await writeFile(path.join(dir, 'a.txt'), 'héllo wörld\n')
     expect(await answer(path.join(dir, 'a.txt'), 1000)).toEqual({ opened: true, kind: 'file', nlink: 1, text: 'héllo wörld\n' })
@@ -40,7 +40,7 @@ describe('file readers', () => {
   })
 
   it('hand back what they do not open (a symlink at the name, a missing file) and read nothing that is not a one-name regular file', async () => {
-    readers = new FileReaders(1)
+    readers = new FileReaders({ size: 1 })
     const dir = await tempDir('readers-')
     await writeFile(path.join(dir, 'target'), 'secret')
     await symlink(path.join(dir, 'target'), path.join(dir, 'link'))
@@ -56,7 +56,7 @@ describe('file readers', () => {
   })
 
   it('answer each of many reads sent in the same turn of the event loop with its own file', async () => {
-    readers = new FileReaders(2)
+    readers = new FileReaders({ size: 2 })
     const dir = await tempDir('readers-')
     await Promise.all(Array.from({ length: 300 }, (_, i) => writeFile(path.join(dir, `f${i}`), `content ${i}`)))
     const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => readers?.read(path.join(dir, `f${i}`), 100)))
@@ -64,7 +64,7 @@ describe('file readers', () => {
   })
 
   it('keep answering while one reader is busy with a long read', async () => {
-    readers = new FileReaders(2)
+    readers = new FileReaders({ size: 2 })
     const dir = await bigAndSmall(128 * 1024 * 1024, 'small')
     let longDone = false
     const long = readers.read(path.join(dir, 'big'), 128 * 1024 * 1024).finally(() => { longDone = true })
@@ -74,11 +74,43 @@ describe('file readers', () => {
   }, 30_000)
 
   it('hand a read back when its thread stops, and start fresh threads for the next', async () => {
-    readers = new FileReaders(1)
+    readers = new FileReaders({ size: 1 })
     const dir = await bigAndSmall(512 * 1024 * 1024, 'still here')
     const pending = readers.read(path.join(dir, 'big'), 512 * 1024 * 1024)
     await readers.close()
     expect(await pending).toEqual({ opened: false })
     expect(await readers.read(path.join(dir, 'small'), 100)).toMatchObject({ text: 'still here' })
   }, 30_000)
+
+  it('send new reads past a reader that has stalled, and answer at once when every reader has', async () => {
+    readers = new FileReaders({ size: 2, stalledMs: 30 })
+    const dir = await bigAndSmall(128 * 1024 * 1024, 'small')
+    let longDone = false
+    const long = readers.read(path.join(dir, 'big'), 128 * 1024 * 1024).finally(() => { longDone = true })
+    await new Promise((resolve) => setTimeout(resolve, 60))
+    // The stalled reader has one read waiting; the other takes all three, though a tie would go to the first.
+    const answers = await Promise.all([1, 2, 3].map(() => readers?.read(path.join(dir, 'small'), 100)))
+    expect(answers.map((a) => (a as { text?: string }).text)).toEqual(['small', 'small', 'small'])
+    expect(longDone).toBe(false)
+    await long
+    const alone = new FileReaders({ size: 1, stalledMs: 30 })
+    try {
+      const stuck = alone.read(path.join(dir, 'big'), 128 * 1024 * 1024)
+      await new Promise((resolve) => setTimeout(resolve, 60))
+      expect(await alone.read(path.join(dir, 'small'), 100)).toEqual({ opened: false })
+      expect(await stuck).toMatchObject({ opened: true, kind: 'file' })
+    } finally {
+      await alone.close()
+    }
+  }, 30_000)
+
+  it('hand every read back when no reader thread can run', async () => {
+    const dir = await tempDir('readers-')
+    await writeFile(path.join(dir, 'broken.mjs'), 'throw new Error("no reader here")\n')
+    await writeFile(path.join(dir, 'a.txt'), 'a')
+    readers = new FileReaders({ size: 2, threadFile: path.join(dir, 'broken.mjs') })
+    expect(await readers.read(path.join(dir, 'a.txt'), 100)).toEqual({ opened: false })
+    // Within the back-off no new thread is tried: the answer is immediate.
+    expect(await readers.read(path.join(dir, 'a.txt'), 100)).toEqual({ opened: false })
+  })
 })
