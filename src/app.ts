@@ -3,7 +3,6 @@
  * contract. It never listens: server.ts does, and tests use `inject` or
  * listen on port 0 themselves.
  */
-import { randomUUID } from 'node:crypto'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify'
@@ -12,6 +11,7 @@ import type { Config } from './config.ts'
 import { Runtime } from './core/runtime.ts'
 import { installAuth } from './http/auth.ts'
 import { answerClientError } from './http/client-errors.ts'
+import { requestIdOf } from './http/request-id.ts'
 import { healthRoutes } from './http/health.ts'
 import { mcpRoutes } from './http/mcp.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
@@ -35,13 +35,6 @@ export interface BuildOptions {
   hidePaths?: string[]
   /** Process metrics (off in tests that build many apps). */
   defaultMetrics?: boolean
-}
-
-const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
-
-/** Keeps a caller's X-Request-Id when it is sane; otherwise makes one. */
-function requestIdOf (header: string | string[] | undefined): string {
-  return typeof header === 'string' && REQUEST_ID.test(header) ? header : randomUUID()
 }
 
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {

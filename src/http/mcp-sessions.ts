@@ -17,6 +17,7 @@ import { catalogEntry } from '../formats/catalog.ts'
 import { toCallToolResult } from '../formats/mcp-result.ts'
 import { VERSION } from '../version.ts'
 import type { Principal } from './auth.ts'
+import { requestIdOf } from './request-id.ts'
 
 export interface McpSession {
   id: string
@@ -89,7 +90,8 @@ export class McpSessions {
       const caller = {
         tenant: principal.tenant,
         scope: principal.scope,
-        requestId: String(extra.requestId),
+        // A client's JSON-RPC id goes into logs and problems: only a sane one is kept as it is.
+        requestId: requestIdOf(String(extra.requestId)),
         log: this.#log,
         signal: extra.signal,
       }

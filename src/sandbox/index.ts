@@ -53,7 +53,8 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   if (!pids && process.getuid?.() === 0) options.log.warn('running as root without a writable pids cgroup: sandbox.max_processes is not enforced')
   // Where /bin/sh's ulimit can set every limit, the launcher does, and prlimit is skipped (one program start fewer).
   const units = probeUlimitUnits()
-  const ulimits = units ? ulimitCommands(limits, units) : undefined
+  // With a pids cgroup per run, the cgroup bounds the process count (as prlimit's --nproc would not for root).
+  const ulimits = units ? ulimitCommands(limits, units, !pids) : undefined
   if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)
   const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], pids, ulimits })
   const problem = await probe(bwrap)

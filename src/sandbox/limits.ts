@@ -66,7 +66,9 @@ export function probeUlimitUnits (): UlimitUnits | undefined {
         continue
       }
       const soft = (name: string): number => Number(new RegExp(`^${name}\\s+(\\d+)`, 'm').exec(limits)?.[1])
-      if (soft('Max cpu time') !== 7000 || soft('Max processes') !== 97) continue
+      const hard = (name: string): number => Number(new RegExp(`^${name}\\s+\\d+\\s+(\\d+)`, 'm').exec(limits)?.[1])
+      // Hard limits too: a soft limit alone the command could raise again.
+      if (soft('Max cpu time') !== 7000 || hard('Max cpu time') !== 7000 || soft('Max processes') !== 97 || hard('Max processes') !== 97) continue
       const fileBytes = soft('Max file size') / 8_000_000
       const dataBytes = soft('Max data size') / 9_000_000
       return Number.isInteger(fileBytes) && fileBytes > 0 && Number.isInteger(dataBytes) && dataBytes > 0 ? { fileBytes, dataBytes, processFlag } : undefined
@@ -80,9 +82,12 @@ export function probeUlimitUnits (): UlimitUnits | undefined {
 /**
  * The same limits as `limitPrefix`, as shell commands for the launcher
  * (launcher.ts), which then needs no prlimit: one program start fewer per run.
+ * Without `processes`, the count is left to the run's pids cgroup:
+ * RLIMIT_NPROC counts every process and thread of the service's user, the
+ * service's own and other runs' included.
  */
-export function ulimitCommands (limits: ResourceLimits, units: UlimitUnits): string {
+export function ulimitCommands (limits: ResourceLimits, units: UlimitUnits, processes = true): string {
   const file = Math.max(1, Math.floor(limits.maxFileBytes / units.fileBytes))
   const data = Math.max(1, Math.floor(limits.maxMemoryBytes / units.dataBytes))
-  return `ulimit -t ${limits.cpuSeconds} && ulimit -f ${file} && ulimit -d ${data} && ulimit ${units.processFlag} ${limits.maxProcesses}`
+  return `ulimit -t ${limits.cpuSeconds} && ulimit -f ${file} && ulimit -d ${data}${processes ? ` && ulimit ${units.processFlag} ${limits.maxProcesses}` : ''}`
 }

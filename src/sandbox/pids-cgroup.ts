@@ -45,15 +45,15 @@ function ownCgroup (matches: (controllers: string) => boolean): string | undefin
 }
 
 /** The directory under which per-run pids cgroups can be made, or undefined. */
-function candidateBases (): string[] {
-  const bases: string[] = []
+function candidateBases (): Array<{ base: string, v1: boolean }> {
+  const bases: Array<{ base: string, v1: boolean }> = []
   try {
     const v1 = ownCgroup((c) => c.split(',').includes('pids'))
-    if (v1 !== undefined) bases.push(path.join(V1_MOUNT, v1))
+    if (v1 !== undefined) bases.push({ base: path.join(V1_MOUNT, v1), v1: true })
     const v2 = ownCgroup((c) => c === '')
     if (v2 !== undefined) {
       const base = path.join(V2_MOUNT, v2)
-      if (readFileSync(path.join(base, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('pids')) bases.push(base)
+      if (readFileSync(path.join(base, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('pids')) bases.push({ base, v1: false })
     }
   } catch {
     // No /proc/self/cgroup or no v2 hierarchy here: no cgroups.
@@ -100,22 +100,25 @@ function removeStale (base: string): void {
 
 export class PidsCgroups {
   readonly #base: string
+  /** cgroup v1, where a task can move itself through `tasks`. */
+  readonly #v1: boolean
 
-  private constructor (base: string) {
+  private constructor (base: string, v1: boolean) {
     this.#base = base
+    this.#v1 = v1
     if (!process.listeners('exit').includes(removeKept)) process.once('exit', removeKept)
   }
 
   /** Pids cgroups when this process may create them (probed by making and removing one), else undefined. */
   static detect (): PidsCgroups | undefined {
-    for (const base of candidateBases()) {
+    for (const { base, v1 } of candidateBases()) {
       const probe = path.join(base, `toolport-probe-${process.pid}`)
       try {
         mkdirSync(probe)
         writeFileSync(path.join(probe, 'pids.max'), '1')
         rmdirSync(probe)
         removeStale(base)
-        return new PidsCgroups(base)
+        return new PidsCgroups(base, v1)
       } catch {
         try { rmdirSync(probe) } catch {}
       }
@@ -158,7 +161,7 @@ export class PidsCgroups {
    * process of one thread that is the same move.
    */
   #joinCommand (dir: string): string {
-    return this.#base.startsWith(V1_MOUNT + path.sep) || this.#base === V1_MOUNT
+    return this.#v1
       ? `echo 0 > ${shellQuote(path.join(dir, 'tasks'))}`
       : `echo $$ > ${shellQuote(path.join(dir, 'cgroup.procs'))}`
   }

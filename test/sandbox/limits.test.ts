@@ -25,6 +25,8 @@ describe('resource limits', () => {
     expect(units?.processFlag).toBe('-p')
     expect(ulimitCommands({ cpuSeconds: 42, maxFileBytes: 5 * 1024 * 1024, maxProcesses: 9, maxMemoryBytes: 768 * 1024 * 1024 }, { fileBytes: 512, dataBytes: 1024, processFlag: '-p' }))
       .toBe('ulimit -t 42 && ulimit -f 10240 && ulimit -d 786432 && ulimit -p 9')
+    expect(ulimitCommands({ cpuSeconds: 42, maxFileBytes: 5 * 1024 * 1024, maxProcesses: 9, maxMemoryBytes: 768 * 1024 * 1024 }, { fileBytes: 512, dataBytes: 1024, processFlag: '-u' }, false))
+      .toBe('ulimit -t 42 && ulimit -f 10240 && ulimit -d 786432')
     expect(limitPrefix('/usr/bin/prlimit', { cpuSeconds: 42, maxFileBytes: 1, maxProcesses: 9, maxMemoryBytes: 2 })).toEqual(['/usr/bin/prlimit', '--cpu=42', '--fsize=1', '--nproc=9', '--data=2', '--'])
   })
 
