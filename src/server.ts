@@ -73,6 +73,8 @@ async function main (): Promise<void> {
     app.runtime.cancelRunning()
     await app.runtime.drain(CANCEL_SETTLE_MS)
     await app.close()
+    // What is buffered goes out first, so that 'stopped' is the last line (pino writes it at exit).
+    await new Promise<void>((resolve) => { log.flush(() => { resolve() }) })
     log.info('stopped')
   })
   await app.listen({ host: config.server.host, port: config.server.port })

@@ -35,11 +35,13 @@ describe('the built server', () => {
     expect(lines()).toHaveLength(1)
     expect(JSON.parse(lines()[0] as string)).toMatchObject({ tool: 'write_file', code: 'ok', workspace: 'logs' })
     // Calls answered just before SIGTERM still reach the log, with the shutdown's own lines.
-    for (let i = 0; i < 5; i++) await post(server.base, '/v1/tools/read_file/execute', { workspace: 'logs', arguments: { path: 'a.txt' } })
+    for (let i = 0; i < 20; i++) {
+      await Promise.all(Array.from({ length: 25 }, () => post(server.base, '/v1/tools/read_file/execute', { workspace: 'logs', arguments: { path: 'a.txt' } })))
+    }
     server.child.kill('SIGTERM')
     expect((await server.exited).code).toBe(0)
-    expect(lines()).toHaveLength(6)
-    expect(server.output()).toMatch(/"msg":"stopped"/)
+    expect(lines()).toHaveLength(501)
+    expect(server.output().trim().split('\n').at(-1)).toMatch(/"msg":"stopped"/)
   })
 
   it('cancels a call whose client disconnects: the process dies and the workspace goes', async () => {
