@@ -4,12 +4,10 @@
  * answers with the text. Plain JavaScript under the types: Node runs this
  * file itself (type stripping) or its built copy in dist/.
  */
-import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs'
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
 import { parentPort } from 'node:worker_threads'
+import { READ_FLAGS } from './contained-fs.ts'
 import type { ReadAnswer, ReadRequest } from './file-readers.ts'
-
-/** The same flags as contained-fs's READ_FLAGS: no symlink at the name, never block on a FIFO. */
-const FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
 
 /** One buffer for the reads of this thread up to the default result limit (reads here are sequential); larger ones get their own. */
 const scratch = Buffer.allocUnsafeSlow(64 * 1024 + 1)
@@ -29,7 +27,8 @@ function readPrefix (fd: number, maxBytes: number): string {
 function answer (request: ReadRequest): ReadAnswer {
   let fd: number
   try {
-    fd = openSync(request.path, FLAGS)
+    // No symlink at the name, never blocking on a FIFO: the ordinary open's flags.
+    fd = openSync(request.path, READ_FLAGS)
   } catch {
     return { id: request.id, opened: false }
   }
