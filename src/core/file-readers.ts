@@ -4,7 +4,8 @@
  * and each costs the event loop a thread wake-up and a completion; on a
  * virtual machine that is most of a small read's cost. A reader thread does
  * the four calls in one go and answers once, and under load the reads of a
- * turn of the event loop go out in one message and come back in one.
+ * turn of the event loop go out together. Requests and texts pass through
+ * memory shared with the thread (file-reader-channel.ts), not messages.
  * Like the thread pool, the readers block only themselves: a stuck read (a
  * hung network filesystem) holds one reader, and new reads go to the reader
  * with the fewest waiting.
@@ -15,22 +16,9 @@
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Worker } from 'node:worker_threads'
+import { answerBytes, Channel, fits, type ReadResult, readAnswers, type Request, requestBytes, SEQUENCE, writeRequests } from './file-reader-channel.ts'
 
-export interface ReadRequest {
-  id: number
-  /** Absolute path, opened without following a symlink at its last component. */
-  path: string
-  /** Read at most this many bytes from the start. */
-  maxBytes: number
-}
-
-/** `text` comes only for a regular file with one name: the caller refuses anything else. */
-export type ReadResult =
-  | { opened: false }
-  | { opened: true, errorCode: string }
-  | { opened: true, kind: 'file' | 'directory' | 'other', nlink: number, text?: string }
-
-export type ReadAnswer = ReadResult & { id: number }
+export type { ReadResult } from './file-reader-channel.ts'
 
 const THREAD_FILE = fileURLToPath(new URL(`./file-reader-thread${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url))
 const NOT_OPENED: ReadResult = { opened: false }
@@ -48,12 +36,18 @@ export interface FileReadersOptions {
   threadFile?: string
 }
 
+interface Waiting extends Request {
+  resolve: (result: ReadResult) => void
+}
+
 class Reader {
   readonly #worker: Worker
+  readonly #channel = new Channel()
   readonly #stalledMs: number
-  readonly #pending = new Map<number, (answer: ReadResult) => void>()
-  /** Requests of this turn of the event loop, sent together: one message (and one wake-up) for many reads. */
-  #batch: ReadRequest[] = []
+  /** Reads not sent yet: they go in the next batch, once the thread has answered the one in flight. */
+  #queue: Waiting[] = []
+  #inFlight: Waiting[] = []
+  #sendScheduled = false
   #alive = true
   /** When it last answered, or took work while idle. */
   #progressAt = 0
@@ -61,54 +55,78 @@ class Reader {
   constructor (threadFile: string, stalledMs: number) {
     this.#stalledMs = stalledMs
     // A reader keeps little: a small young generation keeps its memory (and the cost of every fork of the service) small.
-    this.#worker = new Worker(threadFile, { resourceLimits: { maxYoungGenerationSizeMb: 4 } })
+    this.#worker = new Worker(threadFile, { workerData: { memory: this.#channel.memory }, resourceLimits: { maxYoungGenerationSizeMb: 4 } })
     this.#worker.unref()
-    this.#worker.on('message', (answers: ReadAnswer[]) => {
-      this.#progressAt = performance.now()
-      for (const answer of answers) this.#settle(answer.id, answer)
-    })
+    this.#worker.on('message', (inMessage: string[] | 0) => this.#answered(inMessage === 0 ? [] : inMessage))
     this.#worker.on('error', () => this.#fail())
     this.#worker.on('exit', () => this.#fail())
   }
 
   get alive (): boolean { return this.#alive }
-  get waiting (): number { return this.#pending.size }
-  stalled (now: number): boolean { return this.#pending.size > 0 && now - this.#progressAt > this.#stalledMs }
+  get waiting (): number { return this.#queue.length + this.#inFlight.length }
+  stalled (now: number): boolean { return this.waiting > 0 && now - this.#progressAt > this.#stalledMs }
 
-  read (request: ReadRequest): Promise<ReadResult> {
+  read (request: Request): Promise<ReadResult> {
     if (!this.#alive) return Promise.resolve(NOT_OPENED)
+    // A path too long for the request area is left to the ordinary path.
+    if (!fits(requestBytes(request), answerBytes(request))) return Promise.resolve(NOT_OPENED)
     return new Promise((resolve) => {
       // A reader holds the process open only while someone waits for it.
-      if (this.#pending.size === 0) {
+      if (this.waiting === 0) {
         this.#worker.ref()
         this.#progressAt = performance.now()
       }
-      this.#pending.set(request.id, resolve)
-      if (this.#batch.push(request) === 1) setImmediate(this.#send)
+      this.#queue.push({ ...request, resolve })
+      // The reads of this turn of the event loop go together: one wake-up for many reads.
+      if (this.#inFlight.length === 0 && !this.#sendScheduled) {
+        this.#sendScheduled = true
+        setImmediate(this.#send)
+      }
     })
-  }
-
-  readonly #send = (): void => {
-    const batch = this.#batch
-    this.#batch = []
-    if (this.#alive) this.#worker.postMessage(batch)
   }
 
   terminate (): Promise<number> {
     return this.#worker.terminate()
   }
 
-  #settle (id: number, answer: ReadResult): void {
-    const resolve = this.#pending.get(id)
-    this.#pending.delete(id)
-    if (this.#pending.size === 0) this.#worker.unref()
-    resolve?.(answer)
+  /** Sends as many waiting reads as the channel holds, as one batch. */
+  readonly #send = (): void => {
+    this.#sendScheduled = false
+    if (!this.#alive || this.#inFlight.length > 0 || this.#queue.length === 0) return
+    let requestTotal = 0
+    let answerTotal = 0
+    let count = 0
+    for (const request of this.#queue) {
+      requestTotal += requestBytes(request)
+      answerTotal += answerBytes(request)
+      if (!fits(requestTotal, answerTotal)) break
+      count++
+    }
+    this.#inFlight = this.#queue.slice(0, count)
+    this.#queue = this.#queue.slice(count)
+    writeRequests(this.#channel, this.#inFlight)
+    Atomics.add(this.#channel.control, SEQUENCE, 1)
+    Atomics.notify(this.#channel.control, SEQUENCE)
+  }
+
+  #answered (inMessage: readonly string[]): void {
+    this.#progressAt = performance.now()
+    const batch = this.#inFlight
+    this.#inFlight = []
+    const results = readAnswers(this.#channel, batch.length, inMessage)
+    // The next batch first: the thread can work on it while these answers are handled.
+    this.#send()
+    if (this.waiting === 0) this.#worker.unref()
+    for (let i = 0; i < batch.length; i++) batch[i]?.resolve(results[i] ?? NOT_OPENED)
   }
 
   /** A dead reader's waiting reads go the ordinary way. */
   #fail (): void {
     this.#alive = false
-    for (const id of [...this.#pending.keys()]) this.#settle(id, NOT_OPENED)
+    const waiting = [...this.#inFlight, ...this.#queue]
+    this.#inFlight = []
+    this.#queue = []
+    for (const read of waiting) read.resolve(NOT_OPENED)
   }
 }
 
@@ -117,7 +135,6 @@ export class FileReaders {
   readonly #stalledMs: number
   readonly #threadFile: string
   #readers: Reader[] = []
-  #nextId = 0
   #failedAt = Number.NEGATIVE_INFINITY
 
   constructor (options: FileReadersOptions = {}) {
@@ -143,7 +160,7 @@ export class FileReaders {
     for (const reader of this.#live()) {
       if (!reader.stalled(now) && (chosen === undefined || reader.waiting < chosen.waiting)) chosen = reader
     }
-    return chosen ? chosen.read({ id: this.#nextId++, path: absolute, maxBytes }) : Promise.resolve(NOT_OPENED)
+    return chosen ? chosen.read({ path: absolute, maxBytes }) : Promise.resolve(NOT_OPENED)
   }
 
   async close (): Promise<void> {

@@ -63,6 +63,42 @@ describe('file readers', () => {
     expect(answers.map((a) => (a as { text: string }).text)).toEqual(Array.from({ length: 300 }, (_, i) => `content ${i}`))
   })
 
+  it('answer a batch that mixes small texts, a text too large for the shared answer area, refusals and a failed read, each in its place', async () => {
+    readers = new FileReaders({ size: 1 })
+    const dir = await tempDir('readers-')
+    const large = 'é'.repeat(400 * 1024)
+    await writeFile(path.join(dir, 'large'), large)
+    await writeFile(path.join(dir, 'small'), 'small')
+    await mkdir(path.join(dir, 'sub'))
+    const answers = await Promise.all([
+      answer(path.join(dir, 'small'), 100),
+      answer(path.join(dir, 'large'), 2 * large.length),
+      answer(path.join(dir, 'sub'), 100),
+      // Reading a process's own memory at offset 0 fails with EIO after a good open and fstat.
+      answer('/proc/self/mem', 100),
+      answer(path.join(dir, 'missing'), 100),
+      answer(path.join(dir, 'small'), 3),
+    ])
+    expect(answers).toEqual([
+      { opened: true, kind: 'file', nlink: 1, text: 'small' },
+      { opened: true, kind: 'file', nlink: 1, text: large },
+      { opened: true, kind: 'directory', nlink: 2 },
+      { opened: true, errorCode: 'EIO' },
+      { opened: false },
+      { opened: true, kind: 'file', nlink: 1, text: 'sma' },
+    ])
+  })
+
+  it('split reads that do not fit the shared memory at once into several batches', async () => {
+    readers = new FileReaders({ size: 1 })
+    const dir = await tempDir('readers-')
+    const texts = Array.from({ length: 120 }, (_, i) => `${i} `.repeat(20_000).slice(0, 100_000))
+    await Promise.all(texts.map((text, i) => writeFile(path.join(dir, `f${i}`), text)))
+    // 120 reads of up to 100 kB each are more than the 4 MiB answer area holds.
+    const answers = await Promise.all(texts.map((_, i) => readers?.read(path.join(dir, `f${i}`), 100_000)))
+    expect(answers.map((a) => (a as { text: string }).text)).toEqual(texts)
+  })
+
   it('keep answering while one reader is busy with a long read', async () => {
     readers = new FileReaders({ size: 2 })
     const dir = await bigAndSmall(128 * 1024 * 1024, 'small')
