@@ -65,8 +65,10 @@ const ROUTES_NAMING_A_TOOL = new Set(['/v1/tools/:name', '/v1/tools/:name/execut
  * 401, a 413 or a malformed body answers with `tool`.
  */
 export function installProblemHandlers (app: FastifyInstance): void {
-  app.addHook('onRequest', async (request) => {
+  // A callback hook: it runs for every request, and a promise per request is not free.
+  app.addHook('onRequest', (request, _reply, done) => {
     if (ROUTES_NAMING_A_TOOL.has(request.routeOptions.url ?? '')) request.toolName = (request.params as { name?: string }).name
+    done()
   })
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const problem = fromFastifyError(error, request)

@@ -1,8 +1,10 @@
 /** The completion log line: one per call, with request_id, tool, workspace, code and duration_ms; secrets redacted. */
 import { Writable } from 'node:stream'
+import type { FastifyBaseLogger } from 'fastify'
 import { describe, expect, it } from 'vitest'
 import { buildApp } from '../../src/app.ts'
 import { parseConfig } from '../../src/config.ts'
+import { LazyChildLogger } from '../../src/http/request-log.ts'
 import { createLogger, REDACTED } from '../../src/logger.ts'
 import { onCleanup, tempDir } from '../helper.ts'
 
@@ -34,6 +36,27 @@ describe('logging', () => {
     expect(finished[1]).toMatchObject({ tool: 'read_file', workspace: null, code: 'FileNotFound' })
     // The line carries the service's own fields only: never an argument, a header or a result.
     expect(Object.keys(finished[0] as object).sort()).toEqual(['code', 'duration_ms', 'hostname', 'level', 'msg', 'pid', 'request_id', 'time', 'tool', 'workspace'])
+  })
+
+  it('gives request.log the request id and the redaction, making its child logger only when a request logs', async () => {
+    const { app, lines } = await appWithLogCapture()
+    app.get('/log-test', async (request) => {
+      request.log.warn({ headers: { authorization: 'Bearer t1' } }, 'from the route')
+      request.log.child({ part: 'x' }).info('from a child')
+      return { level: request.log.level }
+    })
+    const answer = await app.inject({ method: 'GET', url: '/log-test', headers: { 'x-request-id': 'req-log' } })
+    expect(answer.json()).toEqual({ level: 'info' })
+    expect(lines.find((l) => l['msg'] === 'from the route')).toMatchObject({ request_id: 'req-log', level: 40, headers: { authorization: REDACTED } })
+    expect(lines.find((l) => l['msg'] === 'from a child')).toMatchObject({ request_id: 'req-log', part: 'x' })
+
+    let made = 0
+    const parent = { child: (bindings: object) => { made++; return app.log.child(bindings) } } as unknown as FastifyBaseLogger
+    const lazy = new LazyChildLogger(parent, { request_id: 'r' }, {})
+    expect(made).toBe(0)
+    lazy.info('one')
+    lazy.debug('two')
+    expect(made).toBe(1)
   })
 
   it('echoes a sane X-Request-Id and replaces an unsafe one', async () => {
