@@ -72,12 +72,14 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics })
   app.decorate('runtime', runtime)
   // A callback hook, not an async one: it runs for every request, and a promise per request is not free.
+  // One listener for every response: 'close' fires once per response, so no once-wrapper (or closure) per request.
+  const answered = (): void => { runtime.activeRequests-- }
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
     // Count the answers a drain must wait for; an MCP event stream stays open for good and is not one.
     if (request.method !== 'GET' || !request.url.startsWith('/mcp')) {
       runtime.activeRequests++
-      reply.raw.once('close', () => { runtime.activeRequests-- })
+      reply.raw.on('close', answered)
     }
     done()
   })

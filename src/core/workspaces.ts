@@ -59,6 +59,8 @@ interface Entry extends WorkspaceRecord {
   checkedAt: number
   /** Settles when the directory and its metadata exist: calls that arrive meanwhile wait for it. */
   ready: Promise<void>
+  /** `ready` has resolved: a call need not wait for it (a promise turn per call is not free). */
+  made: boolean
 }
 
 const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
@@ -134,7 +136,7 @@ export class WorkspaceStore {
     const cached = this.#entries.get(key)
     if (cached) {
       // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
-      const made = await cached.ready.then(() => true, () => false)
+      const made = cached.made || await cached.ready.then(() => true, () => false)
       const fresh = Date.now() - cached.checkedAt < (this.#options.recheckMs ?? DEFAULT_RECHECK_MS)
       if (made && fresh && cached.expiresAt > Date.now()) return cached
     }
@@ -268,6 +270,7 @@ export class WorkspaceStore {
       savedExpiresAt: now + ttlSeconds * 1000,
       checkedAt: now,
       ready: Promise.resolve(),
+      made: false,
     }
     const key = keyOf(tenant, id)
     this.#entries.set(key, entry)
@@ -276,6 +279,7 @@ export class WorkspaceStore {
       if (await this.#layout.count(tenant) >= limit) throw quotaError(limit)
       await mkdir(entry.dir, { recursive: true })
       if (!await this.#layout.claim(metaOf(entry))) throw new ClaimedElsewhere()
+      entry.made = true
     })()
     entry.ready.catch(() => {
       if (this.#entries.get(key) === entry) this.#entries.delete(key)
@@ -285,7 +289,7 @@ export class WorkspaceStore {
 
   /** A workspace known only from disk (made by another instance, or before a restart). */
   #adopt (meta: WorkspaceMeta): Entry {
-    const entry: Entry = { ...meta, dir: this.#layout.workspaceDir(meta.tenant, meta.id), users: 0, savedExpiresAt: meta.expiresAt, checkedAt: Date.now(), ready: Promise.resolve() }
+    const entry: Entry = { ...meta, dir: this.#layout.workspaceDir(meta.tenant, meta.id), users: 0, savedExpiresAt: meta.expiresAt, checkedAt: Date.now(), ready: Promise.resolve(), made: true }
     this.#entries.set(keyOf(meta.tenant, meta.id), entry)
     return entry
   }

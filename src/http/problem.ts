@@ -57,7 +57,16 @@ function fromFastifyError (error: FastifyError, request: FastifyRequest): ToolEr
   return new ToolError('ExecutionFailed', 'internal error', { cause: error })
 }
 
-const ROUTES_NAMING_A_TOOL = new Set(['/v1/tools/:name', '/v1/tools/:name/execute'])
+/**
+ * The tool a request's route names: `:name` of /v1/tools/:name and
+ * /v1/tools/:name/execute, the only routes under /v1/tools/ with that
+ * parameter. Read from the parameters, not request.routeOptions, which
+ * builds a new object on every read.
+ */
+function namedTool (request: FastifyRequest): string | undefined {
+  const name = (request.params as { name?: unknown } | undefined)?.name
+  return typeof name === 'string' && request.url.startsWith('/v1/tools/') ? name : undefined
+}
 
 /**
  * Installs the error and not-found handlers: every error leaves as
@@ -65,9 +74,11 @@ const ROUTES_NAMING_A_TOOL = new Set(['/v1/tools/:name', '/v1/tools/:name/execut
  * 401, a 413 or a malformed body answers with `tool`.
  */
 export function installProblemHandlers (app: FastifyInstance): void {
+  // Declared, so that every request object has the same shape.
+  app.decorateRequest('toolName', undefined)
   // A callback hook: it runs for every request, and a promise per request is not free.
   app.addHook('onRequest', (request, _reply, done) => {
-    if (ROUTES_NAMING_A_TOOL.has(request.routeOptions.url ?? '')) request.toolName = (request.params as { name?: string }).name
+    request.toolName = namedTool(request)
     done()
   })
   app.setErrorHandler((error: FastifyError, request, reply) => {

@@ -31,6 +31,17 @@ describe('request problems', () => {
     expect(answer.headers['www-authenticate']).toMatch(/^Bearer\b/)
   })
 
+  it('names the tool of the route in a refusal that comes before the route runs, and only for the routes that name one', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 't', tenant: 'a' }] } })
+    expectProblem(await send(app, 'POST', '/v1/tools/read_file/execute', '{}', { 'content-type': 'application/json' }), 401, 'Unauthorized', 'read_file')
+    expectProblem(await send(app, 'GET', '/v1/tools/exec_shell'), 401, 'Unauthorized', 'exec_shell')
+    const catalog = await send(app, 'GET', '/v1/tools')
+    expectProblem(catalog, 401, 'Unauthorized')
+    expect(catalog.body.tool).toBeUndefined()
+    const malformed = await send(app, 'POST', '/v1/tools/write_file/execute', '{"arguments":', { 'content-type': 'application/json', authorization: 'Bearer t' })
+    expectProblem(malformed, 400, 'BadRequest', 'write_file')
+  })
+
   it('says to send JSON as application/json when the body arrives as text or not at all', async () => {
     const app = await buildTestApp()
     const asText = expectProblem(await send(app, 'POST', '/v1/tools/read_file/execute', '{"arguments":{"path":"a"}}', { 'content-type': 'text/plain' }), 400, 'BadRequest', 'read_file')
