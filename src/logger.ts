@@ -5,6 +5,7 @@
  */
 import { type DestinationStream, type Logger, pino } from 'pino'
 import type { Config } from './config.ts'
+import { LogDestination } from './log-destination.ts'
 
 export const REDACTED = '[redacted]'
 
@@ -23,21 +24,11 @@ export const REDACT_PATHS = [
   '*.webhook',
 ]
 
-/**
- * Log lines are buffered and written a few kilobytes at a time, off the event
- * loop: one write per line cost each tool call more than its own work. A
- * line waits at most LOG_FLUSH_MS; at exit pino writes what is left. Should
- * stdout stop taking lines (a stalled log pipe), at most LOG_MAX_UNWRITTEN
- * bytes wait and later lines are dropped, rather than memory growing.
- */
-const LOG_BUFFER_BYTES = 4096
-const LOG_FLUSH_MS = 200
-const LOG_MAX_UNWRITTEN = 16 * 1024 * 1024
-
 /** The logger for `config`; `destination` (tests) replaces stdout. */
 export function createLogger (config: Config, options: { destination?: DestinationStream, pretty?: boolean } = {}): Logger {
   const base = { level: config.logging.level, redact: { paths: REDACT_PATHS, censor: REDACTED } }
   if (options.destination) return pino(base, options.destination)
   if (options.pretty ?? process.stdout.isTTY) return pino({ ...base, transport: { target: 'pino-pretty', options: { colorize: true } } })
-  return pino(base, pino.destination({ dest: 1, sync: false, minLength: LOG_BUFFER_BYTES, maxLength: LOG_MAX_UNWRITTEN, periodicFlush: LOG_FLUSH_MS }))
+  // Written in batches off the event loop (log-destination.ts): a line per call must not cost a write per call.
+  return pino(base, new LogDestination({ fd: 1 }))
 }
