@@ -75,7 +75,7 @@ export function answerBytes (request: Request): number {
   return ANSWER_HEADER + (isInline(request) ? Math.max(request.maxBytes, MAX_CODE_BYTES) : MAX_CODE_BYTES)
 }
 
-export function isInline (request: Request): boolean {
+function isInline (request: Request): boolean {
   return request.maxBytes <= INLINE_MAX_BYTES
 }
 
