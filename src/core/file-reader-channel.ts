@@ -14,11 +14,12 @@
  * Answers:   per request: i32 status, i32 nlink, i32 length, then `length` bytes
  *            (the text of a file, the code of an error).
  */
+import type { FileKind } from './contained-fs.ts'
 
 /** An answer's status (plain numbers: Node runs the thread's file with types stripped, which allows no enum). */
 export const NOT_OPENED = 0
 export const FAILED = 1
-const KINDS = ['file', 'directory', 'other'] as const
+const KINDS: readonly FileKind[] = ['file', 'directory', 'other']
 /** The status of an opened file of `kind`. */
 export const STATUS_OF = { file: 2, directory: 3, other: 4 } as const
 
@@ -26,7 +27,7 @@ export const STATUS_OF = { file: 2, directory: 3, other: 4 } as const
 export type ReadResult =
   | { opened: false }
   | { opened: true, errorCode: string }
-  | { opened: true, kind: 'file' | 'directory' | 'other', nlink: number, text?: string }
+  | { opened: true, kind: FileKind, nlink: number, text?: string }
 
 /** `length` of an answer without bytes: no text (not a one-name regular file), or its text is in the message. */
 export const NO_TEXT = -1

@@ -8,7 +8,7 @@
  */
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs'
 import { parentPort, workerData } from 'node:worker_threads'
-import { READ_FLAGS } from './contained-fs.ts'
+import { kindOf, READ_FLAGS } from './contained-fs.ts'
 import {
   ANSWER_HEADER, Channel, FAILED, forEachRequest, MAX_CODE_BYTES, NO_TEXT, NOT_OPENED, SEQUENCE, STATUS_OF, TEXT_IN_MESSAGE, writeAnswerHeader,
 } from './file-reader-channel.ts'
@@ -37,7 +37,7 @@ function answer (path: string, maxBytes: number, inline: boolean, at: number, in
   }
   try {
     const stat = fstatSync(fd)
-    const kind = stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other'
+    const kind = kindOf(stat)
     // Only a regular file with one name is read: the caller refuses the rest.
     if (kind !== 'file' || stat.nlink > 1) return writeAnswerHeader(channel, at, STATUS_OF[kind], stat.nlink, NO_TEXT)
     if (inline) return writeAnswerHeader(channel, at, STATUS_OF.file, 1, readInto(fd, channel.answers, at + ANSWER_HEADER, maxBytes))

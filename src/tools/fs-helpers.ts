@@ -8,7 +8,7 @@ import type { Stats } from 'node:fs'
 import { type FileHandle, lstat, open, rename, rm, writeFile } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import path from 'node:path'
-import { closeQuietly, isDirectName, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from '../core/contained-fs.ts'
+import { closeQuietly, type FileKind, isDirectName, kindOf, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from '../core/contained-fs.ts'
 import { fileReaders } from '../core/file-readers.ts'
 import { checkPathSyntax, resolveInWorkspace } from '../core/paths.ts'
 import type { WorkspaceQuota } from '../core/quotas.ts'
@@ -78,11 +78,11 @@ async function openUnchecked (workspaceDir: string, absolute: string, userPath: 
 
 /** Only a regular file with no other names may be read: its other hard links may lie outside the workspace. */
 function checkReadable (stat: Stats, userPath: string): Stats {
-  refuseUnreadable(stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other', stat.nlink, userPath)
+  refuseUnreadable(kindOf(stat), stat.nlink, userPath)
   return stat
 }
 
-function refuseUnreadable (kind: 'file' | 'directory' | 'other', nlink: number, userPath: string): void {
+function refuseUnreadable (kind: FileKind, nlink: number, userPath: string): void {
   if (kind === 'directory') throw new ToolError('InvalidArgs', `${quoted(userPath)} is a directory`)
   if (kind !== 'file') throw new ToolError('InvalidArgs', `${quoted(userPath)} is not a regular file`)
   if (nlink > 1) throw new ToolError('InvalidPath', `${quoted(userPath)} has other hard links, which may lie outside the workspace`)
