@@ -38,6 +38,9 @@ export interface FileReadersOptions {
 
 interface Waiting extends Request {
   resolve: (result: ReadResult) => void
+  /** Its room in the request and answer areas, measured once. */
+  requestBytes: number
+  answerBytes: number
 }
 
 class Reader {
@@ -68,15 +71,16 @@ class Reader {
 
   read (request: Request): Promise<ReadResult> {
     if (!this.#alive) return Promise.resolve(NOT_OPENED)
+    const sizes = { requestBytes: requestBytes(request), answerBytes: answerBytes(request) }
     // A path too long for the request area is left to the ordinary path.
-    if (!fits(requestBytes(request), answerBytes(request))) return Promise.resolve(NOT_OPENED)
+    if (!fits(sizes.requestBytes, sizes.answerBytes)) return Promise.resolve(NOT_OPENED)
     return new Promise((resolve) => {
       // A reader holds the process open only while someone waits for it.
       if (this.waiting === 0) {
         this.#worker.ref()
         this.#progressAt = performance.now()
       }
-      this.#queue.push({ ...request, resolve })
+      this.#queue.push({ ...request, ...sizes, resolve })
       // The reads of this turn of the event loop go together: one wake-up for many reads.
       if (this.#inFlight.length === 0 && !this.#sendScheduled) {
         this.#sendScheduled = true
@@ -97,8 +101,8 @@ class Reader {
     let answerTotal = 0
     let count = 0
     for (const request of this.#queue) {
-      requestTotal += requestBytes(request)
-      answerTotal += answerBytes(request)
+      requestTotal += request.requestBytes
+      answerTotal += request.answerBytes
       if (!fits(requestTotal, answerTotal)) break
       count++
     }
