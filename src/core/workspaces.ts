@@ -304,9 +304,10 @@ export class WorkspaceStore {
     entry.expiresAt = Math.max(entry.expiresAt, Date.now() + entry.ttlSeconds * 1000)
     // Persist at most once per tenth of the TTL: a busy workspace should not cost a write per call.
     // A workspace deleted meanwhile (here or elsewhere) is not brought back.
-    if (entry.expiresAt - entry.savedExpiresAt > entry.ttlSeconds * 100 && this.#entries.get(keyOf(entry.tenant, entry.id)) === entry) {
+    if (entry.expiresAt - entry.savedExpiresAt <= entry.ttlSeconds * 100) return
+    const key = keyOf(entry.tenant, entry.id)
+    if (this.#entries.get(key) === entry) {
       entry.savedExpiresAt = entry.expiresAt
-      const key = keyOf(entry.tenant, entry.id)
       void this.#layout.save(metaOf(entry)).then(async () => {
         // Deleted while the write was under way: the write must not bring it back.
         if (this.#entries.get(key) === undefined) await this.#layout.removeMeta(entry.tenant, entry.id)
