@@ -42,6 +42,10 @@ export const ConfigSchema = Type.Object({
     request_timeout_ms: int(100, 60_000),
     /** The largest request line plus headers accepted; a longer URL is refused too. */
     max_header_bytes: int(1024, 16 * 1024),
+    /** MCP sessions one tenant may hold; a new one beyond it ends the tenant's least recently used. */
+    max_mcp_sessions: int(1, 100),
+    /** An MCP session unused this long ends (and its workspace goes). */
+    mcp_session_idle_seconds: int(1, 900),
   }),
   workspaces: section({
     root: Type.String({ default: path.join(os.tmpdir(), 'toolport-workspaces') }),
@@ -80,6 +84,8 @@ export const ConfigSchema = Type.Object({
     max_file_bytes: int(1024, 1024 * 1024 * 1024),
     max_processes: int(1, 256),
     max_memory_bytes: int(16 * 1024 * 1024, 4 * 1024 * 1024 * 1024),
+    /** Size of the sandbox's own /tmp and /dev/shm (each a tmpfs held in the host's memory). */
+    tmp_bytes: int(4096, 64 * 1024 * 1024),
   }),
   tools: section({
     builtin: Type.Optional(Type.Array(Type.String())),
