@@ -11,7 +11,7 @@ import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
 import type { ToolRegistry } from './registry.ts'
 import type { AnyTool } from './tool.ts'
-import { truncateResult } from './truncate.ts'
+import { fitStringMembers, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from './quotas.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from './workspace-scope.ts'
@@ -117,6 +117,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   let workspaceId: string | null = null
   let outcome: Outcome
   let disposeSignal: (() => void) | undefined
+  const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
   try {
     const found = services.registry.get(call.name)
     // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
@@ -136,7 +137,6 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
       workspaceId = lease.id
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
-        const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
         let cutByTool = false
         const raw = await tool.execute(args, {
           workspaceDir: lease.dir,
@@ -160,13 +160,31 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   } catch (thrown) {
     const error = asToolError(thrown)
     if (error !== thrown || error.status >= 500) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
-    outcome = { ok: false, tool: toolName, error, durationMs: 0 }
+    outcome = { ok: false, tool: toolName, error: withinLimit(stoppedByShutdown(error, services.killSignal), maxResultBytes), durationMs: 0 }
   } finally {
     disposeSignal?.()
   }
   outcome.durationMs = Math.round((performance.now() - started) * 1000) / 1000
   record(services, caller.requestId, outcome, metricName, workspaceId)
   return outcome
+}
+
+/**
+ * A call cut short because the drain timeout of a shutdown ran out did not
+ * fail: another instance can run it, so it answers 503 with Retry-After.
+ */
+function stoppedByShutdown (error: ToolError, killSignal: AbortSignal): ToolError {
+  if (!killSignal.aborted || error.code !== 'ExecutionFailed') return error
+  return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
+}
+
+/** An error whose detail and members (a timed-out command's partial output) fit the result limit, as results do. */
+function withinLimit (error: ToolError, maxBytes: number): ToolError {
+  const members = { detail: error.message, ...error.extra }
+  const fitted = fitStringMembers(members, maxBytes)
+  if (fitted === members) return error
+  const { detail, ...extra } = fitted
+  return new ToolError(error.code, String(detail), { extra, retryAfterSeconds: error.retryAfterSeconds, cause: error.cause })
 }
 
 function record ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null): void {

@@ -83,6 +83,44 @@ function longestFittingPrefix (text: string, upperBound: number, fits: (prefix: 
   return safePrefix(text, low)
 }
 
+/** The longest prefix of `text` whose JSON string takes at most `budget` bytes; never splits a surrogate pair. */
+export function fitString (text: string, budget: number): string {
+  if (jsonBytes(text) <= budget) return text
+  return longestFittingPrefix(text, Math.max(0, budget), (prefix) => jsonBytes(prefix) <= budget)
+}
+
+/**
+ * Splits `room` bytes among needs: each gets an equal share, and what a
+ * small need leaves is shared among the larger ones.
+ */
+export function shareRoom (room: number, needs: readonly number[]): number[] {
+  const shares = needs.map(() => 0)
+  let left = Math.max(0, room)
+  const order = needs.map((need, index) => ({ need, index })).sort((a, b) => a.need - b.need)
+  for (const [position, { need, index }] of order.entries()) {
+    const share = Math.min(need, Math.floor(left / (order.length - position)))
+    shares[index] = share
+    left -= share
+  }
+  return shares
+}
+
+/**
+ * `members` with their string values cut so that the JSON of the whole
+ * object fits in `maxBytes` (the detail and extra members of a problem,
+ * such as a timed-out command's partial output). Other values are kept.
+ * The same object when it fits already.
+ */
+export function fitStringMembers (members: Record<string, unknown>, maxBytes: number): Record<string, unknown> {
+  if (jsonBytesAtMost(members, maxBytes) <= maxBytes || jsonBytes(members) <= maxBytes) return members
+  const keys = Object.keys(members).filter((key) => typeof members[key] === 'string')
+  const emptied = { ...members, ...Object.fromEntries(keys.map((key) => [key, ''])) }
+  const needs = keys.map((key) => jsonBytes(members[key]) - 2)
+  const shares = shareRoom(maxBytes - jsonBytes(emptied), needs)
+  // +2: a share is for the text, its JSON string also has quotes.
+  return { ...members, ...Object.fromEntries(keys.map((key, i) => [key, fitString(members[key] as string, (shares[i] ?? 0) + 2)])) }
+}
+
 function truncateString (text: string, maxBytes: number): string {
   const total = Buffer.byteLength(text)
   const suffix = (kept: string): string =>

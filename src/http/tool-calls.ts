@@ -17,10 +17,10 @@ import { AnyJson, JsonObject, problems } from './schemas.ts'
 export const MAX_BATCH_CALLS = 256
 
 const BatchBody = Type.Object({
-  calls: Type.Array(AnyJson, { maxItems: MAX_BATCH_CALLS, description: 'Calls in the native, OpenAI or Anthropic shape' }),
+  calls: Type.Array(AnyJson, { maxItems: MAX_BATCH_CALLS, description: `Calls in the native, OpenAI or Anthropic shape; at most ${MAX_BATCH_CALLS} (more: 400 BadRequest)` }),
   workspace: Type.Optional(Type.String()),
   format: Type.Optional(Type.Unsafe<MessageFormat>({ type: 'string', enum: [...MESSAGE_FORMATS], description: 'Format of the ready-made messages (default native)' })),
-  parallel: Type.Optional(Type.Boolean({ description: 'Run the calls concurrently (default: in order)' })),
+  parallel: Type.Optional(Type.Boolean({ description: 'Run the calls concurrently, at most limits.max_concurrent at once (default: in order)' })),
 }, { additionalProperties: false })
 
 const BatchResult = Type.Object({
@@ -46,6 +46,24 @@ async function runItem (runtime: Runtime, item: unknown, index: number, caller: 
   return { id: call.id, outcome: await execute(runtime, call, caller, workspace) }
 }
 
+/**
+ * `run` over every item, at most `width` at a time, results in item order.
+ * A parallel batch takes at most the limiter's width, so its own calls wait
+ * for each other instead of filling the limiter's queue and being refused.
+ */
+async function mapWithConcurrency<T, R> (items: readonly T[], width: number, run: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length)
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const index = next++
+      results[index] = await run(items[index] as T, index)
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker))
+  return results
+}
+
 function present (id: string, outcome: Outcome, requestId: string): Static<typeof BatchResult> {
   if (outcome.ok) {
     return { id, name: outcome.tool, ok: true, status: 200, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs }
@@ -64,9 +82,8 @@ export function toolCallRoutes (app: FastifyInstance, runtime: Runtime): void {
     try {
       const calls = request.body.calls
       const run = (item: unknown, index: number) => runItem(runtime, item, index, caller, workspace)
-      const done: Array<{ id: string, outcome: Outcome }> = []
-      if (request.body.parallel === true) done.push(...await Promise.all(calls.map(run)))
-      else for (const [index, item] of calls.entries()) done.push(await run(item, index))
+      const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
+      const done = await mapWithConcurrency(calls, width, run)
       const format = request.body.format ?? 'native'
       return {
         results: done.map(({ id, outcome }) => present(id, outcome, request.id)),

@@ -11,6 +11,7 @@
 import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
 import type { ToolContext } from '../core/tool.ts'
+import { fitString, shareRoom } from '../core/truncate.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner, RunResult } from '../sandbox/types.ts'
 import { defineBuiltin } from './define.ts'
@@ -34,23 +35,6 @@ export function effectiveTimeout (requested: number | undefined, config: { timeo
 }
 
 const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value))
-
-/** The longest prefix of `text` whose JSON string takes at most `budget` bytes; never splits a surrogate pair. */
-export function fitString (text: string, budget: number): string {
-  const prefix = (length: number): string => {
-    const last = text.charCodeAt(length - 1)
-    return text.slice(0, last >= 0xd800 && last <= 0xdbff ? length - 1 : length)
-  }
-  if (jsonBytes(text) <= budget) return text
-  let low = 0
-  let high = Math.min(text.length, Math.max(0, budget))
-  while (low < high) {
-    const mid = Math.ceil((low + high) / 2)
-    if (jsonBytes(prefix(mid)) <= budget) low = mid
-    else high = mid - 1
-  }
-  return prefix(low)
-}
 
 /** Refuses what no process can take as an argument: a NUL byte ends a C string. */
 export function checkArgv (values: readonly string[], what: string): void {
@@ -83,14 +67,6 @@ function cutFields (name: string, stream: Stream): Record<string, unknown> {
   return stream.truncated ? { [`${name}_truncated`]: true, [`${name}_bytes`]: stream.bytes } : {}
 }
 
-/** Splits `room` bytes between two needs: each gets half, and what one leaves goes to the other. */
-function share (room: number, a: number, b: number): [number, number] {
-  const half = Math.floor(room / 2)
-  if (a <= half) return [a, room - a]
-  if (b <= half) return [room - b, b]
-  return [half, room - half]
-}
-
 function cut (stream: Stream, budget: number): Stream {
   // +2: the budget is for the text, its JSON string also has quotes.
   const text = fitString(stream.text, Math.max(0, budget) + 2)
@@ -113,7 +89,7 @@ export function processResult (run: RunResult, maxBytes: number, tail: Record<st
   if (jsonBytes(whole) <= maxBytes) return whole
   // The room left for the two texts once every other member is at its largest.
   const room = maxBytes - jsonBytes(shape({ ...stdout, text: '', truncated: true }, { ...stderr, text: '', truncated: true }))
-  const [outBudget, errBudget] = share(room, jsonBytes(stdout.text) - 2, jsonBytes(stderr.text) - 2)
+  const [outBudget = 0, errBudget = 0] = shareRoom(room, [jsonBytes(stdout.text) - 2, jsonBytes(stderr.text) - 2])
   return shape(cut(stdout, outBudget), cut(stderr, errBudget))
 }
 

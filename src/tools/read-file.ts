@@ -7,8 +7,8 @@
 import type { FileHandle } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { defineBuiltin } from './define.ts'
-import { fitString } from './exec-shell.ts'
 import { closeQuietly } from '../core/contained-fs.ts'
+import { fitString } from '../core/truncate.ts'
 import { checkedStat, openForReading, readDirect, readTextChecked } from './fs-helpers.ts'
 
 /** Bytes read at a time while looking for line ends. */

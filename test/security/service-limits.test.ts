@@ -1,0 +1,66 @@
+/**
+ * The limits that keep one caller from degrading the answers of others:
+ * error bodies within the result limit, parallel batches that wait instead of
+ * being refused, the batch size cap.
+ */
+import { describe, expect, it } from 'vitest'
+import { buildTestApp } from '../helper.ts'
+
+/** What a problem body may add around its members (type, title, status, code, ids). */
+const ENVELOPE = 512
+
+describe('error bodies stay within the result limit', () => {
+  it('a timed-out command that printed NULs on both streams answers within max_result_bytes', async () => {
+    const app = await buildTestApp()
+    for (const limit of [1000, 4096]) {
+      const response = await app.inject({
+        method: 'POST',
+        url: '/v1/tools/exec_shell/execute',
+        payload: { arguments: { command: 'cat /dev/zero & cat /dev/zero >&2', timeout: 1 }, max_result_bytes: limit },
+      })
+      expect(response.statusCode).toBe(504)
+      const body = response.json()
+      expect(body.code).toBe('Timeout')
+      expect(Buffer.byteLength(response.body)).toBeLessThanOrEqual(limit + ENVELOPE)
+      // Both streams keep a share of the room, and the totals say how much was printed.
+      expect(body.partial_stdout.length).toBeGreaterThan(0)
+      expect(body.partial_stderr.length).toBeGreaterThan(0)
+      expect(body.stdout_bytes).toBeGreaterThan(limit)
+    }
+  })
+
+  it('the configured limit bounds a Timeout too, in a batch as in a single call', async () => {
+    const app = await buildTestApp({ limits: { max_result_bytes: 2048 } })
+    const response = await app.inject({
+      method: 'POST',
+      url: '/v1/tool-calls',
+      payload: { calls: [{ id: 'a', name: 'exec_shell', arguments: { command: 'cat /dev/zero', timeout: 1 } }] },
+    })
+    expect(response.statusCode).toBe(200)
+    const [result] = response.json().results
+    expect(result.status).toBe(504)
+    expect(Buffer.byteLength(JSON.stringify(result.error))).toBeLessThanOrEqual(2048 + ENVELOPE)
+  })
+})
+
+describe('batches', () => {
+  it('a parallel batch larger than the limiter runs whole: its calls wait for each other, none is refused', async () => {
+    const app = await buildTestApp({ limits: { max_concurrent: 2, max_queue: 0 } })
+    const calls = Array.from({ length: 12 }, (_, i) => ({ id: `c${i}`, name: 'exec_shell', arguments: { command: `sleep 0.05; echo ${i}` } }))
+    const response = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls, parallel: true } })
+    expect(response.statusCode).toBe(200)
+    const results = response.json().results as Array<{ id: string, status: number, result: { stdout: string } }>
+    expect(results.map((r) => r.status)).toEqual(calls.map(() => 200))
+    expect(results.map((r) => r.result.stdout)).toEqual(calls.map((_, i) => `${i}\n`))
+  })
+
+  it('holds at most 256 calls: more is a 400 BadRequest that says so', async () => {
+    const app = await buildTestApp()
+    const calls = Array.from({ length: 257 }, (_, i) => ({ id: `c${i}`, name: 'list_directory', arguments: { path: '.' } }))
+    const response = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls } })
+    expect(response.statusCode).toBe(400)
+    expect(response.json()).toMatchObject({ code: 'BadRequest', detail: expect.stringContaining('256') })
+    const ok = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls: calls.slice(0, 256) } })
+    expect(ok.statusCode).toBe(200)
+  })
+})
