@@ -12,7 +12,6 @@ import { Runtime } from './core/runtime.ts'
 import { installAuth } from './http/auth.ts'
 import { answerClientError } from './http/client-errors.ts'
 import { requestIdOf } from './http/request-id.ts'
-import { LazyChildLogger } from './http/request-log.ts'
 import { healthRoutes } from './http/health.ts'
 import { mcpRoutes } from './http/mcp.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
@@ -61,7 +60,6 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // Workspace ids may be 256 bytes, percent-encoded up to three times that.
     routerOptions: { maxParamLength: 1024 },
     genReqId: (request) => requestIdOf(request.headers['x-request-id']),
-    childLoggerFactory: (logger, bindings, options) => new LazyChildLogger(logger, bindings, options),
     // One completion line per tool call comes from the execution path; per-request lines would double it.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     return503OnClosing: true,

@@ -5,7 +5,6 @@
  */
 import { type DestinationStream, type Logger, pino } from 'pino'
 import type { Config } from './config.ts'
-import { LogDestination } from './log-destination.ts'
 
 export const REDACTED = '[redacted]'
 
@@ -24,11 +23,24 @@ export const REDACT_PATHS = [
   '*.webhook',
 ]
 
+const LOG_BATCH_BYTES = 4096
+const LOG_FLUSH_MS = 200
+const LOG_MAX_WAITING_BYTES = 16 * 1024 * 1024
+
+/**
+ * Where log lines go: asynchronous and batched, so that a line per call does
+ * not cost a write per call. A lone line leaves within the flush interval,
+ * everything waiting at exit (pino flushes its destinations then), and a
+ * stdout nobody reads holds a bounded backlog (past it, lines are dropped).
+ */
+export function logDestination (fd: number, options: { maxWaitingBytes?: number } = {}) {
+  return pino.destination({ dest: fd, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS, maxLength: options.maxWaitingBytes ?? LOG_MAX_WAITING_BYTES })
+}
+
 /** The logger for `config`; `destination` (tests) replaces stdout. */
 export function createLogger (config: Config, options: { destination?: DestinationStream, pretty?: boolean } = {}): Logger {
   const base = { level: config.logging.level, redact: { paths: REDACT_PATHS, censor: REDACTED } }
   if (options.destination) return pino(base, options.destination)
   if (options.pretty ?? process.stdout.isTTY) return pino({ ...base, transport: { target: 'pino-pretty', options: { colorize: true } } })
-  // Written in batches off the event loop (log-destination.ts): a line per call must not cost a write per call.
-  return pino(base, new LogDestination({ fd: 1 }))
+  return pino(base, logDestination(1))
 }

@@ -9,7 +9,7 @@
  * directory whatever its path has become. That is `openat` for Node: once the
  * walk holds a directory, no later rename or symlink can move it outside.
  */
-import { constants, type Stats } from 'node:fs'
+import { constants } from 'node:fs'
 import { type FileHandle, mkdir, open } from 'node:fs/promises'
 import path from 'node:path'
 import { ToolError } from '../errors.ts'
@@ -22,13 +22,6 @@ const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O
  * O_NONBLOCK changes nothing.
  */
 export const READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
-
-/** What a read must tell apart: only a regular file is read. */
-export type FileKind = 'file' | 'directory' | 'other'
-
-export function kindOf (stat: Stats): FileKind {
-  return stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other'
-}
 
 /** An open directory inside the workspace; `at(name)` names an entry of it, immune to path swaps. */
 export interface ContainedDirectory {

@@ -12,7 +12,6 @@ import { ExecutableSource } from '../sources/executables.ts'
 import { McpClientSource } from '../sources/mcp-client.ts'
 import { builtinTools, messageTools } from '../tools/index.ts'
 import type { ExecutionServices } from './execute.ts'
-import { fileReaders } from './file-readers.ts'
 import { Limiter } from './limiter.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { isInside } from './paths.ts'
@@ -87,7 +86,6 @@ export class Runtime implements ExecutionServices {
    */
   async start (): Promise<void> {
     await this.workspaces.init()
-    fileReaders.warm()
     // Every workspace but a call's own is hidden from its processes.
     const { root, ephemeralRoot } = this.workspaces
     const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]

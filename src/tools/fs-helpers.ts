@@ -8,8 +8,7 @@ import type { Stats } from 'node:fs'
 import { type FileHandle, lstat, open, rename, rm, writeFile } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import path from 'node:path'
-import { closeQuietly, type FileKind, isDirectName, kindOf, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from '../core/contained-fs.ts'
-import { fileReaders } from '../core/file-readers.ts'
+import { closeQuietly, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from '../core/contained-fs.ts'
 import { checkPathSyntax, resolveInWorkspace } from '../core/paths.ts'
 import type { WorkspaceQuota } from '../core/quotas.ts'
 
@@ -78,31 +77,10 @@ async function openUnchecked (workspaceDir: string, absolute: string, userPath: 
 
 /** Only a regular file with no other names may be read: its other hard links may lie outside the workspace. */
 function checkReadable (stat: Stats, userPath: string): Stats {
-  refuseUnreadable(kindOf(stat), stat.nlink, userPath)
+  if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${quoted(userPath)} is a directory`)
+  if (!stat.isFile()) throw new ToolError('InvalidArgs', `${quoted(userPath)} is not a regular file`)
+  if (stat.nlink > 1) throw new ToolError('InvalidPath', `${quoted(userPath)} has other hard links, which may lie outside the workspace`)
   return stat
-}
-
-function refuseUnreadable (kind: FileKind, nlink: number, userPath: string): void {
-  if (kind === 'directory') throw new ToolError('InvalidArgs', `${quoted(userPath)} is a directory`)
-  if (kind !== 'file') throw new ToolError('InvalidArgs', `${quoted(userPath)} is not a regular file`)
-  if (nlink > 1) throw new ToolError('InvalidPath', `${quoted(userPath)} has other hard links, which may lie outside the workspace`)
-}
-
-/**
- * The first `maxBytes` of a file right in the workspace, decoded as UTF-8,
- * read by a reader thread in one round trip (core/file-readers.ts) under
- * openNoFollow's rule. Undefined when that shortcut does not apply or the
- * open fails: the caller then opens the ordinary way, with its precise errors.
- */
-export async function readDirect (workspaceDir: string, userPath: string, maxBytes: number): Promise<string | undefined> {
-  checkPathSyntax(userPath)
-  const absolute = path.resolve(workspaceDir, userPath)
-  if (!isDirectName(workspaceDir, absolute)) return undefined
-  const result = await fileReaders.read(absolute, maxBytes)
-  if (!result.opened) return undefined
-  if ('errorCode' in result) throw fsError(Object.assign(new Error(`${result.errorCode}: cannot read ${quoted(userPath)}`), { code: result.errorCode }), userPath)
-  refuseUnreadable(result.kind, result.nlink, userPath)
-  return result.text
 }
 
 /** The open file's stat, when it is a file that may be read (closes it and throws otherwise). */
@@ -124,41 +102,6 @@ export async function checkedStat (handle: FileHandle, userPath: string): Promis
 export async function openContained (workspaceDir: string, absolute: string, userPath: string): Promise<{ handle: FileHandle, stat: Stats }> {
   const handle = await openUnchecked(workspaceDir, absolute, userPath)
   return { handle, stat: await checkedStat(handle, userPath) }
-}
-
-/** Bytes read before the file's size is known: the default result limit, so most files take one read. */
-const SCRATCH_BYTES = 64 * 1024 + 1
-/** Free scratch buffers: a read borrows one instead of allocating (and later collecting) its own. */
-const scratch: Buffer[] = []
-const MAX_FREE_SCRATCH = 64
-
-/**
- * At most `maxBytes` from the start of an open file, decoded as UTF-8, once
- * the file's stat says it may be read. The stat and the first read go out
- * together — a small file costs one round trip, not two, and no extra read
- * to find its end — into a reused buffer. The caller closes the handle.
- */
-export async function readTextChecked (handle: FileHandle, userPath: string, maxBytes: number): Promise<string> {
-  const buffer = scratch.pop() ?? Buffer.allocUnsafe(SCRATCH_BYTES)
-  try {
-    const length = Math.min(maxBytes, buffer.length)
-    const [stat, read] = await Promise.allSettled([handle.stat(), handle.read(buffer, 0, length, 0)])
-    if (stat.status === 'rejected') throw fsError(stat.reason, userPath)
-    checkReadable(stat.value, userPath)
-    if (read.status === 'rejected') throw fsError(read.reason, userPath)
-    const { bytesRead } = read.value
-    // Done when the read reached the end the stat announced, or the limit.
-    if (bytesRead >= Math.min(maxBytes, stat.value.size) && (bytesRead < length || bytesRead >= maxBytes)) {
-      return buffer.toString('utf8', 0, bytesRead)
-    }
-    // A larger file (or one that grew since its stat): the rest, into a buffer of its own.
-    const size = stat.value.size > bytesRead ? stat.value.size : undefined
-    const whole = Buffer.allocUnsafe(Math.min(maxBytes, size ?? maxBytes))
-    buffer.copy(whole, 0, 0, bytesRead)
-    return (await readPrefix(handle, whole.length, size, whole, bytesRead)).toString('utf8')
-  } finally {
-    if (scratch.length < MAX_FREE_SCRATCH) scratch.push(buffer)
-  }
 }
 
 /**

@@ -7,9 +7,8 @@
 import type { FileHandle } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { defineBuiltin } from './define.ts'
-import { closeQuietly } from '../core/contained-fs.ts'
 import { fitString } from '../core/truncate.ts'
-import { checkedStat, openForReading, readDirect, readTextChecked } from './fs-helpers.ts'
+import { checkedStat, openForReading, readPrefix } from './fs-helpers.ts'
 
 /** Bytes read at a time while looking for line ends. */
 const CHUNK_BYTES = 64 * 1024
@@ -25,20 +24,13 @@ export const readFileTool = defineBuiltin({
   description: 'Read the contents of a file in the workspace. Use offset and limit (lines) to page through large files.',
   parameters: Parameters,
   async execute (args, ctx) {
-    if (args.offset === undefined && args.limit === undefined) {
-      // One byte more than the limit lets truncation see that there was more.
-      const direct = await readDirect(ctx.workspaceDir, args.path, ctx.maxResultBytes + 1)
-      if (direct !== undefined) return { content: direct }
-      const handle = await openForReading(ctx.workspaceDir, args.path)
-      try {
-        return { content: await readTextChecked(handle, args.path, ctx.maxResultBytes + 1) }
-      } finally {
-        closeQuietly(handle)
-      }
-    }
     const handle = await openForReading(ctx.workspaceDir, args.path)
-    await checkedStat(handle, args.path)
+    const stat = await checkedStat(handle, args.path)
     try {
+      if (args.offset === undefined && args.limit === undefined) {
+        // One byte more than the limit lets truncation see that there was more.
+        return { content: (await readPrefix(handle, ctx.maxResultBytes + 1, stat.size)).toString('utf8') }
+      }
       const offset = args.offset ?? 1
       const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes)
       const result = fitPage(page, offset, ctx.maxResultBytes)
