@@ -1,26 +1,48 @@
-/** Counting a directory tree's regular files and bytes, without following symlinks. */
+/**
+ * Counting a directory tree's regular files and bytes, without following
+ * symlinks, at any depth and any path length (a TreeCursor walk: every step
+ * relative to a descriptor). Every entry is counted: a figure that stopped
+ * part way would be wrong without saying so.
+ */
+import type { Dirent } from 'node:fs'
 import { lstat, readdir } from 'node:fs/promises'
-import path from 'node:path'
+import { TreeCursor } from './tree-cursor.ts'
 
-const MAX_ENTRIES = 1_000_000
+/** What is left to count in one directory of the walk. */
+interface Listing {
+  entries: Dirent[]
+  next: number
+}
+
+async function listingOf (cursor: TreeCursor): Promise<Listing> {
+  // A directory that cannot be listed (gone meanwhile) holds nothing to count.
+  return { entries: await readdir(cursor.here, { withFileTypes: true }).catch(() => []), next: 0 }
+}
 
 export async function directorySize (root: string): Promise<{ files: number, bytes: number }> {
-  let files = 0
-  let bytes = 0
-  let seen = 0
-  const pending = [root]
-  while (pending.length > 0 && seen < MAX_ENTRIES) {
-    const dir = pending.pop() as string
-    const entries = await readdir(dir, { withFileTypes: true }).catch(() => [])
-    for (const entry of entries) {
-      seen++
-      const full = path.join(dir, entry.name)
-      if (entry.isDirectory()) pending.push(full)
-      else if (entry.isFile()) {
-        files++
-        bytes += (await lstat(full).catch(() => ({ size: 0 }))).size
+  const total = { files: 0, bytes: 0 }
+  const cursor = await TreeCursor.open(root)
+  if (!cursor) return total
+  try {
+    const listings = [await listingOf(cursor)]
+    for (;;) {
+      const listing = listings[listings.length - 1] as Listing
+      const entry = listing.entries[listing.next++]
+      if (entry === undefined) {
+        if (cursor.depth === 0) return total
+        listings.length = await cursor.leave() + 1
+      } else if (entry.isDirectory()) {
+        if (await cursor.enter(entry.name)) listings.push(await listingOf(cursor))
+      } else if (entry.isFile()) {
+        // lstat: the entry may have become a link since it was listed.
+        const stats = await lstat(cursor.at(entry.name)).catch(() => null)
+        if (stats?.isFile()) {
+          total.files++
+          total.bytes += stats.size
+        }
       }
     }
+  } finally {
+    await cursor.close()
   }
-  return { files, bytes }
 }

@@ -2,10 +2,12 @@
  * Ephemeral workspaces: a fresh, empty directory for a call or batch without
  * `workspace` (or an MCP session), removed when its lease is released. They
  * live under one root that belongs to this instance alone: it is emptied at
- * start, which forgets whatever a crash left behind.
+ * start, which forgets whatever a crash left behind, and `sweep` removes
+ * again what a release could not (a command may still have been adding to
+ * it), so nothing is left for ever.
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, realpath, rm } from 'node:fs/promises'
+import { mkdir, readdir, realpath } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { removeTree } from './remove-tree.ts'
@@ -20,6 +22,8 @@ export interface WorkspaceLease {
 export class EphemeralWorkspaces {
   readonly #log: Logger
   #root = ''
+  /** Workspaces leased and not yet removed, by name: a sweep leaves them alone. */
+  readonly #busy = new Set<string>()
 
   constructor (log: Logger) {
     this.#log = log
@@ -32,15 +36,22 @@ export class EphemeralWorkspaces {
 
   /** Makes `root` (emptied first) the home of this instance's ephemeral workspaces. */
   async init (root: string): Promise<void> {
-    await rm(root, { recursive: true, force: true })
     await mkdir(root, { recursive: true, mode: 0o700 })
     this.#root = await realpath(root)
+    await this.sweep()
   }
 
   /** A fresh, empty workspace that disappears on release. */
   async lease (): Promise<WorkspaceLease> {
-    const dir = path.join(this.#root, randomUUID())
-    await mkdir(dir)
+    const name = randomUUID()
+    const dir = path.join(this.#root, name)
+    this.#busy.add(name)
+    try {
+      await mkdir(dir)
+    } catch (error) {
+      this.#busy.delete(name)
+      throw error
+    }
     let released = false
     return {
       id: null,
@@ -48,11 +59,27 @@ export class EphemeralWorkspaces {
       release: async () => {
         if (released) return
         released = true
-        // Never by path: what ran there may have left symlinks, or be swapping them still.
-        await removeTree(dir).catch((error: unknown) => {
-          this.#log.error({ err: error, dir }, 'could not remove an ephemeral workspace')
-        })
+        await this.#remove(name)
+        this.#busy.delete(name)
       },
     }
+  }
+
+  /** Removes every workspace under the root that no lease holds (leftovers of failed removals, or of a crash). */
+  async sweep (): Promise<void> {
+    const names = await readdir(this.#root).catch(() => [] as string[])
+    for (const name of names) {
+      if (this.#busy.has(name)) continue
+      this.#busy.add(name)
+      await this.#remove(name)
+      this.#busy.delete(name)
+    }
+  }
+
+  /** Never by path: what ran there may have left symlinks, or be swapping them still. Failures wait for the next sweep. */
+  async #remove (name: string): Promise<void> {
+    await removeTree(path.join(this.#root, name)).catch((error: unknown) => {
+      this.#log.error({ err: error, dir: path.join(this.#root, name) }, 'could not remove an ephemeral workspace yet; it is tried again on the next sweep')
+    })
   }
 }

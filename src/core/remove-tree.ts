@@ -1,84 +1,113 @@
 /**
- * Removing a directory tree without ever following a symlink — not even one
- * a sandboxed command swaps in while the removal runs.
+ * Removing a directory tree of any depth and any path length without ever
+ * following a symlink — not even one a sandboxed command swaps in while the
+ * removal runs.
  *
  * `fs.rm({ recursive })` works by path: it lists `dir/sub`, then unlinks
  * `dir/sub/<name>`. A command still running in the workspace can turn `sub`
  * into a symlink between the two, and the unlinks land wherever it points
- * (another tenant's workspace, anything the service may delete). Here every
- * step goes through a descriptor of a directory opened with O_NOFOLLOW
- * (`/proc/self/fd/N/<name>`, as in contained-fs.ts): a swapped-in symlink is
- * unlinked as a link, never entered.
+ * (another tenant's workspace, anything the service may delete); and a path
+ * longer than PATH_MAX cannot be named at all. Here the walk is a TreeCursor:
+ * every step is relative to a directory opened with O_NOFOLLOW, so a
+ * swapped-in symlink is unlinked as a link, never entered, and two
+ * descriptors do for any depth.
+ *
+ * The work is bounded, so a command that keeps adding entries (or keeps
+ * swapping a name between a file and a directory) cannot keep a removal
+ * going for ever: it fails, and the caller tries again later, from where
+ * this attempt stopped.
  */
-import { constants } from 'node:fs'
-import { open, readdir, rmdir, unlink } from 'node:fs/promises'
+import { readdir, rmdir, unlink } from 'node:fs/promises'
+import { TreeCursor } from './tree-cursor.ts'
 
-const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
-/** Rounds of listing a directory again (entries moved in while it was emptied). */
-const EMPTYING_ROUNDS = 5
-/** Each level holds one descriptor open; a tree deeper than this is left (and logged by the caller). */
-const MAX_DEPTH = 1000
+/** Times one name may turn from a directory into something else (and back) before the removal gives up. */
+const KIND_CHANGES = 3
+/** Times one directory is listed again (entries made while it was emptied) before the removal gives up. */
+const LISTING_ROUNDS = 5
+/** Entries one removal handles at most; a tree past it is finished by the next attempt. */
+const MAX_STEPS = 10_000_000
 
 const codeOf = (error: unknown): string | undefined => (error as NodeJS.ErrnoException).code
 
 /** Removes `target` (a directory, a file or a link) and everything under it; nothing there is fine. */
 export async function removeTree (target: string): Promise<void> {
-  // Usually a workspace, so a directory first.
-  await removeDirectory(target, 0)
+  for (let attempt = 0; attempt < KIND_CHANGES; attempt++) {
+    if (await removeEntry(target) === 'gone') return
+    const cursor = await TreeCursor.open(target)
+    // Not a directory any more: the next attempt removes it as what it is now.
+    if (!cursor) continue
+    try {
+      await emptyTree(cursor)
+    } finally {
+      await cursor.close()
+    }
+  }
+  throw new Error('a directory kept changing while it was removed')
 }
 
-/** An entry of unknown kind: a file or a symlink goes in one step (unlink never follows a link). */
-async function removeEntry (at: string, depth: number): Promise<void> {
-  try {
-    await unlink(at)
-    return
-  } catch (error) {
-    const code = codeOf(error)
-    if (code === 'ENOENT') return
-    if (code !== 'EISDIR' && code !== 'EPERM') throw error
+/** Removes a file, a link or an empty directory in one step; a directory with entries is left to the walk. */
+async function removeEntry (at: string): Promise<'gone' | 'not empty'> {
+  for (let attempt = 0; attempt < KIND_CHANGES; attempt++) {
+    try {
+      // unlink never follows a link, and on Linux refuses a directory with EISDIR.
+      await unlink(at)
+      return 'gone'
+    } catch (error) {
+      const code = codeOf(error)
+      if (code === 'ENOENT') return 'gone'
+      if (code !== 'EISDIR') throw error
+    }
+    try {
+      await rmdir(at)
+      return 'gone'
+    } catch (error) {
+      const code = codeOf(error)
+      if (code === 'ENOENT') return 'gone'
+      if (code === 'ENOTEMPTY' || code === 'EEXIST') return 'not empty'
+      // Swapped for a file or a link since the unlink: try again as that.
+      if (code !== 'ENOTDIR') throw error
+    }
   }
-  await removeDirectory(at, depth)
+  throw new Error('an entry kept changing between a file and a directory while it was removed')
 }
 
-/**
- * A directory: one rmdir when it is empty, else emptied through a descriptor
- * and removed. Each hand-over between the two kinds (an entry swapped while
- * looked at) counts as a level, so a swapping loop cannot keep it going.
- */
-async function removeDirectory (at: string, depth: number): Promise<void> {
-  if (depth >= MAX_DEPTH) throw new Error(`directory tree deeper than ${MAX_DEPTH} levels`)
-  try {
-    await rmdir(at)
-    return
-  } catch (error) {
-    const code = codeOf(error)
-    if (code === 'ENOENT') return
-    if (code === 'ENOTDIR') return removeEntry(at, depth + 1)
-    if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error
-  }
-  let handle
-  try {
-    handle = await open(at, DIRECTORY_FLAGS)
-  } catch (error) {
-    const code = codeOf(error)
-    if (code === 'ENOENT') return
-    // Swapped for a symlink (or a file) since: remove that instead, as what it is now.
-    if (code === 'ELOOP' || code === 'ENOTDIR') return removeEntry(at, depth + 1)
-    throw error
-  }
-  try {
-    await emptyDirectory(handle.fd, depth)
-  } finally {
-    await handle.close()
-  }
-  await removeDirectory(at, depth + 1)
+/** What is left to do in one directory of the walk. */
+interface Listing {
+  names: string[]
+  next: number
+  rounds: number
 }
 
-/** Removes every entry of the open directory `fd`, listing it again while entries keep appearing. */
-async function emptyDirectory (fd: number, depth: number): Promise<void> {
-  for (let round = 0; round < EMPTYING_ROUNDS; round++) {
-    const names = await readdir(`/proc/self/fd/${fd}`)
-    if (names.length === 0) return
-    for (const name of names) await removeEntry(`/proc/self/fd/${fd}/${name}`, depth + 1)
+async function listingOf (cursor: TreeCursor): Promise<Listing> {
+  return { names: await readdir(cursor.here), next: 0, rounds: 1 }
+}
+
+/** Empties the cursor's root, depth first; one listing per level is kept, not one descriptor. */
+async function emptyTree (cursor: TreeCursor): Promise<void> {
+  const listings = [await listingOf(cursor)]
+  let steps = 0
+  for (;;) {
+    const listing = listings[listings.length - 1] as Listing
+    const name = listing.names[listing.next++]
+    if (name !== undefined) {
+      if (++steps > MAX_STEPS) throw new Error(`more than ${MAX_STEPS} entries in one removal`)
+      if (await removeEntry(cursor.at(name)) === 'gone') continue
+      if (await cursor.enter(name)) {
+        // Back here once it is empty, to remove it.
+        listing.next--
+        listings.push(await listingOf(cursor))
+      }
+      continue
+    }
+    // Every listed name is handled: list again, for entries made meanwhile.
+    const names = await readdir(cursor.here)
+    if (names.length > 0) {
+      if (++listing.rounds > LISTING_ROUNDS) throw new Error('entries kept appearing in a directory while it was removed')
+      listing.names = names
+      listing.next = 0
+      continue
+    }
+    if (cursor.depth === 0) return
+    listings.length = await cursor.leave() + 1
   }
 }

@@ -5,6 +5,7 @@
  *
  *   <root>/tenants/<tenant>/ws/<id>/        the workspace
  *   <root>/tenants/<tenant>/meta/<id>.json  {tenant, id, createdAt, expiresAt, ttlSeconds}
+ *   <root>/trash/<uuid>/                    a deleted workspace, until its files are gone (workspace-trash.ts)
  *
  * A metadata file is claimed with an exclusive create, so two instances
  * creating the same id cannot both win; renewals replace it atomically.
@@ -12,8 +13,8 @@
 import { randomUUID } from 'node:crypto'
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { removeTree } from './remove-tree.ts'
 import { directoryNameOf } from './workspace-ids.ts'
+import { moveToTrash } from './workspace-trash.ts'
 
 export interface WorkspaceMeta {
   tenant: string
@@ -33,6 +34,11 @@ export class WorkspaceLayout {
 
   workspaceDir (tenant: string, id: string): string {
     return path.join(this.#tenantDir(tenant), 'ws', directoryNameOf(id))
+  }
+
+  /** Where deleted workspaces wait for their files to be removed. */
+  get trashDir (): string {
+    return path.join(this.root, 'trash')
   }
 
   metaFile (tenant: string, id: string): string {
@@ -70,11 +76,15 @@ export class WorkspaceLayout {
     await rm(this.metaFile(tenant, id), { force: true })
   }
 
-  /** Removes the metadata first (so that no instance finds it any more), then the directory. */
+  /**
+   * Removes a workspace: its directory goes to the trash first, in one
+   * rename (an instance that still finds the metadata then sees a workspace
+   * without its directory, which is gone; and a creation of the id starts
+   * empty), then the metadata. The files are removed from the trash later.
+   */
   async remove (tenant: string, id: string): Promise<void> {
+    await moveToTrash(this.workspaceDir(tenant, id), this.trashDir)
     await rm(this.metaFile(tenant, id), { force: true })
-    // Never by path: a command may still be swapping symlinks in there.
-    await removeTree(this.workspaceDir(tenant, id))
   }
 
   /** How many workspaces a tenant has on disk. */

@@ -15,6 +15,11 @@
  * within `recheckMs`, and the sweeper looks at the disk before it removes
  * anything another instance may have renewed. Each instance needs its own
  * ephemeral root (it is emptied at start).
+ *
+ * A deleted workspace goes to the trash at once (workspace-trash.ts): its id
+ * is free, and its files are removed off the request path; what is left
+ * there is removed again at start and on every sweep, as are ephemeral
+ * workspaces whose removal failed.
  */
 import { randomUUID } from 'node:crypto'
 import { mkdir, realpath, stat } from 'node:fs/promises'
@@ -25,6 +30,7 @@ import { directorySize } from './directory-size.ts'
 import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral-workspaces.ts'
 import { validateWorkspaceId } from './workspace-ids.ts'
 import { WorkspaceLayout, type WorkspaceMeta } from './workspace-meta.ts'
+import { WorkspaceTrash } from './workspace-trash.ts'
 
 export type { WorkspaceLease } from './ephemeral-workspaces.ts'
 
@@ -74,6 +80,7 @@ export class WorkspaceStore {
   readonly #entries = new Map<string, Entry>()
   #layout = new WorkspaceLayout('')
   readonly #ephemeral: EphemeralWorkspaces
+  #trash: WorkspaceTrash | undefined
   #sweeper: NodeJS.Timeout | undefined
 
   constructor (options: WorkspaceStoreOptions) {
@@ -91,12 +98,15 @@ export class WorkspaceStore {
     return this.#ephemeral.root
   }
 
-  /** Creates the roots, forgets stale ephemeral dirs, loads persistent workspaces, starts the sweeper. */
+  /** Creates the roots, forgets stale ephemeral dirs, loads persistent workspaces, empties the trash, starts the sweeper. */
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
     this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
+    this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
     await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
     await this.#adoptAll()
+    // Deletions a crash or restart interrupted; may take long, so not before the service answers.
+    void this.#trash.empty()
     this.#sweeper = setInterval(() => { void this.sweep() }, this.#options.sweepIntervalSeconds * 1000)
     this.#sweeper.unref()
   }
@@ -142,7 +152,7 @@ export class WorkspaceStore {
     }
     const meta = await this.#layout.read(tenant, id)
     // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
-    if (meta && !await exists(this.#layout.workspaceDir(tenant, id))) await this.#layout.remove(tenant, id)
+    if (meta && !await exists(this.#layout.workspaceDir(tenant, id))) await this.#remove(tenant, id)
     else if (meta) return this.#found(tenant, id, meta)
     if (cached && this.#entries.get(key) === cached) this.#entries.delete(key)
     throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
@@ -157,7 +167,7 @@ export class WorkspaceStore {
     if (entry.expiresAt <= Date.now() && entry.users === 0) {
       // Expired is gone, whether or not the sweeper has come by yet.
       if (this.#entries.get(key) === entry) this.#entries.delete(key)
-      await this.#layout.remove(tenant, id)
+      await this.#remove(tenant, id)
       throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
     }
     return entry
@@ -172,7 +182,13 @@ export class WorkspaceStore {
   async delete (tenant: string, id: string): Promise<void> {
     await this.find(tenant, id)
     this.#entries.delete(keyOf(tenant, id))
+    await this.#remove(tenant, id)
+  }
+
+  /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
+  async #remove (tenant: string, id: string): Promise<void> {
     await this.#layout.remove(tenant, id)
+    void this.#trash?.empty()
   }
 
   /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
@@ -201,7 +217,8 @@ export class WorkspaceStore {
   /**
    * Removes expired workspaces that no call here holds. The disk decides:
    * workspaces other instances made are swept too, and one another
-   * instance renewed is kept. Runs on a timer; callable from tests.
+   * instance renewed is kept. Then finishes removals left in the trash and
+   * ephemeral workspaces left behind. Runs on a timer; callable from tests.
    */
   async sweep (now = Date.now()): Promise<number> {
     await this.#adoptAll()
@@ -215,12 +232,15 @@ export class WorkspaceStore {
       }
       if (this.#entries.get(keyOf(entry.tenant, entry.id)) !== entry || entry.users > 0) continue
       this.#entries.delete(keyOf(entry.tenant, entry.id))
-      await this.#layout.remove(entry.tenant, entry.id).catch((error: unknown) => {
+      await this.#remove(entry.tenant, entry.id).catch((error: unknown) => {
         this.#options.log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
       })
       removed++
     }
     if (removed > 0) this.#options.log.info({ removed }, 'expired workspaces removed')
+    // Removals that failed before (or were cut short by a restart) are tried again.
+    await this.#trash?.empty()
+    await this.#ephemeral.sweep()
     return removed
   }
 

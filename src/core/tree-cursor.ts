@@ -1,0 +1,150 @@
+/**
+ * Walking a directory tree of any depth and any path length, never through a
+ * symlink, holding two descriptors whatever the depth: the root's and the
+ * current directory's.
+ *
+ * Every step is relative to a descriptor (`/proc/self/fd/N/<name>`, as in
+ * contained-fs.ts), so no path the kernel resolves is longer than one name,
+ * and every directory is opened with O_NOFOLLOW: a symlink a command swaps in
+ * is never entered. Going down opens the child by name. Going up opens `..`
+ * and keeps it only when it is the very directory (device and inode) entered
+ * before; when the current directory has moved meanwhile, the way down from
+ * the root is walked again by names, as far as it still leads to the same
+ * directories. So the walk never leaves the root's tree, and a tree moved
+ * under it costs a walk down, not a wrong turn.
+ */
+import { constants } from 'node:fs'
+import { type FileHandle, open } from 'node:fs/promises'
+
+const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
+
+interface Identity {
+  dev: bigint
+  ino: bigint
+}
+
+/** A directory below the root: the name it was entered by, and what it was. */
+interface Level extends Identity {
+  name: string
+}
+
+export class TreeCursor {
+  readonly #root: FileHandle
+  readonly #rootIdentity: Identity
+  #current: FileHandle
+  readonly #levels: Level[] = []
+
+  private constructor (root: FileHandle, identity: Identity) {
+    this.#root = root
+    this.#rootIdentity = identity
+    this.#current = root
+  }
+
+  /** A walk starting at the directory `root`; null when `root` is not a directory (gone, a file, a symlink). */
+  static async open (root: string): Promise<TreeCursor | null> {
+    const handle = await openDirectory(root)
+    if (!handle) return null
+    try {
+      return new TreeCursor(handle, await identityOf(handle))
+    } catch (error) {
+      await handle.close()
+      throw error
+    }
+  }
+
+  /** How many levels below the root the walk is. */
+  get depth (): number {
+    return this.#levels.length
+  }
+
+  /** The current directory, as a path resolved through its descriptor. */
+  get here (): string {
+    return `/proc/self/fd/${this.#current.fd}`
+  }
+
+  /** An entry of the current directory, as a path resolved through its descriptor. */
+  at (name: string): string {
+    return `${this.here}/${name}`
+  }
+
+  /** Steps into the subdirectory `name`; false when it is not a directory (any more). */
+  async enter (name: string): Promise<boolean> {
+    const handle = await openDirectory(this.at(name))
+    if (!handle) return false
+    try {
+      this.#levels.push({ name, ...await identityOf(handle) })
+    } catch (error) {
+      await handle.close()
+      throw error
+    }
+    await this.#moveTo(handle)
+    return true
+  }
+
+  /**
+   * Steps up to the parent and answers the depth reached: one less, or less
+   * still when the way down no longer leads where it led (levels that moved
+   * away are dropped). Never above the root.
+   */
+  async leave (): Promise<number> {
+    if (this.depth === 0) throw new Error('a tree walk cannot leave its root')
+    this.#levels.pop()
+    const parent = await openDirectory(`${this.here}/..`)
+    if (parent) {
+      const expected = this.#levels.at(-1) ?? this.#rootIdentity
+      if (sameDirectory(await identityOf(parent).catch(() => null), expected)) {
+        await this.#moveTo(parent)
+        return this.depth
+      }
+      await parent.close()
+    }
+    await this.#walkDownAgain()
+    return this.depth
+  }
+
+  async close (): Promise<void> {
+    if (this.#current !== this.#root) await this.#current.close()
+    await this.#root.close()
+  }
+
+  async #walkDownAgain (): Promise<void> {
+    const levels = this.#levels.splice(0)
+    await this.#moveTo(this.#root)
+    for (const level of levels) {
+      const handle = await openDirectory(this.at(level.name))
+      if (!handle) return
+      if (!sameDirectory(await identityOf(handle).catch(() => null), level)) {
+        await handle.close()
+        return
+      }
+      this.#levels.push(level)
+      await this.#moveTo(handle)
+    }
+  }
+
+  async #moveTo (handle: FileHandle): Promise<void> {
+    const previous = this.#current
+    this.#current = handle
+    if (previous !== this.#root && previous !== handle) await previous.close()
+  }
+}
+
+/** Opens a directory without following a symlink at its name; null when it is not a directory there. */
+async function openDirectory (at: string): Promise<FileHandle | null> {
+  try {
+    return await open(at, DIRECTORY_FLAGS)
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR') return null
+    throw error
+  }
+}
+
+async function identityOf (handle: FileHandle): Promise<Identity> {
+  const { dev, ino } = await handle.stat({ bigint: true })
+  return { dev, ino }
+}
+
+function sameDirectory (found: Identity | null, expected: Identity): boolean {
+  return found !== null && found.dev === expected.dev && found.ino === expected.ino
+}
