@@ -25,7 +25,7 @@ export type Readiness = 'starting' | 'ready' | 'draining'
 const MAX_SOURCE_WAIT_MS = 15_000
 
 export interface RuntimeOptions {
-  /** Paths no sandboxed process may see (the config file). */
+  /** Files the service reads that no sandboxed process may see (the config file, the tokens file). */
   hidePaths?: string[]
   defaultMetrics?: boolean
 }
@@ -89,7 +89,7 @@ export class Runtime implements ExecutionServices {
     // Every workspace but a call's own is hidden from its processes.
     const { root, ephemeralRoot } = this.workspaces
     const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]
-    this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: [...workspaceRoots, ...(this.#options.hidePaths ?? [])] })
+    this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: workspaceRoots, secretFiles: this.#options.hidePaths ?? [] })
     this.metrics.sandboxMode.set({ mode: this.runner.mode }, 1)
     this.registry.setGroup('builtin', 'builtin', builtinTools(this.config, this.runner))
     const messages = messageTools(this.config, this.log)

@@ -1,17 +1,25 @@
 /**
  * Sandbox mode `bwrap`: each process runs under bubblewrap.
  *
- * Mount layout: the host root read-only; fresh /dev, /proc (new PID
- * namespace) and /tmp; tmpfs over the places that may hold secrets (/root,
- * /home, /run, the workspaces root with every other workspace in it, the
- * service's config); /etc/shadow masked; then the call's workspace bound
- * read-write at its own path, and any read-only extras (an executable tool's
- * directory). All namespaces are unshared (network too, unless configured),
- * the process runs as `nobody` without capabilities inside its own user
- * namespace, in a new session, and dies with the service.
+ * Mount layout: the host root read-only; fresh /dev and /proc (new PID
+ * namespace); /tmp and /dev/shm each a tmpfs of `tmpBytes`; empty read-only
+ * tmpfs over the places that may hold secrets (/root, /home, /run, the
+ * workspaces roots with every other workspace in them, and the real
+ * directories behind the service's config and tokens file, see
+ * hidden-paths.ts); /dev/null over /etc/shadow and over a secret file whose
+ * directory tools need; then the call's workspace bound read-write at its
+ * own path, and any read-only extras (an executable tool's directory). All
+ * namespaces are unshared (network too, unless configured), the process runs
+ * as `nobody` without capabilities inside its own user namespace, in a new
+ * session, and dies with the service.
+ *
+ * Inside the sandbox `nobody` owns every tmpfs bwrap makes, so each is either
+ * sized (/tmp, /dev/shm) or remounted read-only (/dev itself and the hiding
+ * ones): a command cannot fill the host's memory through them.
  */
-import { existsSync, lstatSync } from 'node:fs'
+import { defaultConfig } from '../config.ts'
 import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
+import { findHiddenPaths, type HiddenPaths } from './hidden-paths.ts'
 import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { PidsCgroups } from './pids-cgroup.ts'
@@ -20,15 +28,18 @@ import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
 
 export const BWRAP = '/usr/bin/bwrap'
 
-const MASKED_DIRS = ['/root', '/home', '/run', '/var/run']
-const MASKED_FILES = ['/etc/shadow', '/etc/gshadow']
+const MASKS = ['/root', '/home', '/run', '/var/run', '/etc/shadow', '/etc/gshadow']
 
 export interface BwrapOptions {
   network: boolean
   limits: ResourceLimits
   prlimit: string | undefined
-  /** Directories and files to hide from every process (the workspaces root, the config file). */
+  /** Directories and files hidden themselves from every process (the workspaces roots). */
   hidePaths: string[]
+  /** Files the service reads (config, tokens file): hidden with every link of their symlink chains and the directories holding them. */
+  secretFiles?: string[] | undefined
+  /** Size of the sandbox's /tmp and of its /dev/shm, each (default: the config's). */
+  tmpBytes?: number | undefined
   /** Per-run pids cgroups, where they can be made (the process bound that holds for a root service). */
   pids?: PidsCgroups | undefined
   /** The limits as shell commands for the launcher, which then sets them instead of prlimit (see limits.ts). */
@@ -38,30 +49,41 @@ export interface BwrapOptions {
 /** bwrap's own processes inside a run's cgroup: the outer monitor and the namespace's init. */
 const BWRAP_PROCESSES = 2
 
-/**
- * Mount arguments that hide a path: tmpfs over a directory, /dev/null over a
- * file. A symlink (such as /var/run → /run) is left alone: bwrap cannot mount
- * over one, and its target is hidden in its own right.
- */
-function hide (path: string): string[] {
-  if (!existsSync(path)) return []
-  const info = lstatSync(path)
-  if (info.isSymbolicLink()) return []
-  return info.isDirectory() ? ['--tmpfs', path] : ['--ro-bind', '/dev/null', path]
+/** How long the hidden paths are reused before they are looked at again. */
+const HIDE_RECHECK_MS = 1000
+
+interface Mount {
+  at: string
+  args: string[]
+  hides: boolean
 }
 
-/** How long the mount arguments that hide paths are reused before the paths are looked at again. */
-const HIDE_RECHECK_MS = 1000
+const depthOf = (at: string): number => at.split('/').filter(Boolean).length
+
+/**
+ * Mounts ordered so that none covers a later one it should not: a parent
+ * before what lies inside it (the workspace into the hidden workspaces
+ * root, a tool's directory into a hidden config directory), and at the same
+ * path the hiding mount last, so that a bind never uncovers a secret.
+ */
+function ordered (mounts: Mount[]): string[] {
+  return mounts
+    .toSorted((a, b) => depthOf(a.at) - depthOf(b.at) || Number(a.hides) - Number(b.hides))
+    .flatMap((mount) => mount.args)
+}
 
 export class BwrapRunner implements ProcessRunner {
   readonly mode = 'bwrap' as const
   readonly #options: BwrapOptions
   readonly #prefix: string[]
-  #hidden: { args: string[], at: number } | undefined
+  readonly #scratch: string[]
+  #hidden: { paths: HiddenPaths, at: number } | undefined
 
   constructor (options: BwrapOptions) {
     this.#options = options
     this.#prefix = limitPrefix(options.prlimit, options.limits)
+    const size = String(options.tmpBytes ?? defaultConfig().sandbox.tmp_bytes)
+    this.#scratch = ['--size', size, '--tmpfs', '/tmp', '--size', size, '--tmpfs', '/dev/shm']
   }
 
   /**
@@ -71,14 +93,20 @@ export class BwrapRunner implements ProcessRunner {
    */
   argv (options: RunOptions, withPrlimit = true): string[] {
     const env = scrubbedEnvironment(options.cwd, options.env)
+    const hidden = this.#hiddenPaths()
     return [
       '--ro-bind', '/', '/',
       '--dev', '/dev',
       '--proc', '/proc',
-      '--tmpfs', '/tmp',
-      ...this.#hideArgs(),
-      '--bind', options.cwd, options.cwd,
-      ...(options.readOnlyPaths ?? []).flatMap((p) => ['--ro-bind', p, p]),
+      ...this.#scratch,
+      ...ordered([
+        ...hidden.dirs.map((dir) => ({ at: dir, args: ['--tmpfs', dir], hides: true })),
+        ...hidden.files.map((file) => ({ at: file, args: ['--ro-bind', '/dev/null', file], hides: true })),
+        { at: options.cwd, args: ['--bind', options.cwd, options.cwd], hides: false },
+        ...(options.readOnlyPaths ?? []).map((p) => ({ at: p, args: ['--ro-bind', p, p], hides: false })),
+      ]),
+      // Last, once the mount points inside them exist; not recursive, so the binds inside stay as they are.
+      ...['/dev', ...hidden.dirs].flatMap((dir) => ['--remount-ro', dir]),
       '--chdir', options.cwd,
       '--unshare-all',
       '--unshare-user',
@@ -98,17 +126,16 @@ export class BwrapRunner implements ProcessRunner {
   }
 
   /**
-   * The mounts that hide secrets, looked up at most once a second rather
-   * than with a dozen synchronous stats per run; a path that appears or
-   * goes away is picked up within that second.
+   * The paths to hide, looked up at most once a second rather than with
+   * dozens of synchronous stats per run; a path that appears, goes away or
+   * is relinked (a Secret update) is picked up within that second.
    */
-  #hideArgs (): string[] {
+  #hiddenPaths (): HiddenPaths {
     const now = performance.now()
     if (this.#hidden === undefined || now - this.#hidden.at > HIDE_RECHECK_MS) {
-      const args = [...MASKED_DIRS, ...MASKED_FILES, ...this.#options.hidePaths].flatMap(hide)
-      this.#hidden = { args, at: now }
+      this.#hidden = { paths: findHiddenPaths([...MASKS, ...this.#options.hidePaths], this.#options.secretFiles ?? []), at: now }
     }
-    return this.#hidden.args
+    return this.#hidden.paths
   }
 
   async run (options: RunOptions): Promise<RunResult> {

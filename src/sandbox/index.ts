@@ -18,9 +18,16 @@ export type { ProcessRunner } from './types.ts'
 
 export interface RunnerOptions {
   log: Logger
-  /** Paths no sandboxed process may see (the workspaces root, the config file). */
+  /** Directories no sandboxed process may see (the workspaces roots). */
   hidePaths?: string[]
+  /** Files the service reads (config, tokens file), hidden with their symlink chains and the directories holding them. */
+  secretFiles?: string[]
 }
+
+/** Said once at start-up: what a root service's sandbox cannot keep from its tools. */
+const ROOT_SANDBOX_WARNING = 'running as root with the sandbox on: tools can read every root-owned file that is not hidden ' +
+  '(such as 0600 files under /var and /etc), because the sandbox\'s uid maps to the host\'s root; ' +
+  'the container image runs as uid 10001 for this reason'
 
 function limitsOf (sandbox: Config['sandbox']): ResourceLimits {
   return {
@@ -56,9 +63,12 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   // With a pids cgroup per run, the cgroup bounds the process count (as prlimit's --nproc would not for root).
   const ulimits = units ? ulimitCommands(limits, units, !pids) : undefined
   if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)
-  const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], pids, ulimits })
+  const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], secretFiles: options.secretFiles, tmpBytes: sandbox.tmp_bytes, pids, ulimits })
   const problem = await probe(bwrap)
-  if (problem === null) return bwrap
+  if (problem === null) {
+    if (process.getuid?.() === 0) options.log.warn(ROOT_SANDBOX_WARNING)
+    return bwrap
+  }
   if (sandbox.mode === 'bwrap') throw new Error(`sandbox.mode is bwrap but bubblewrap does not work here: ${problem}`)
   options.log.warn({ reason: problem }, 'bubblewrap does not work here; tool processes run WITHOUT a sandbox (sandbox.mode auto → none)')
   return new PlainRunner(limits, prlimit, pids, ulimits)
