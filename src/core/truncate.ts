@@ -89,6 +89,23 @@ export function fitString (text: string, budget: number): string {
   return longestFittingPrefix(text, Math.max(0, budget), (prefix) => jsonBytes(prefix) <= budget)
 }
 
+/** A message cut to `maxBytes` (of its JSON string), with an ellipsis when it was cut. */
+export function clipText (text: string, maxBytes: number): string {
+  const kept = fitString(text, maxBytes)
+  return kept.length === text.length ? text : `${kept}…`
+}
+
+/**
+ * The first `maxChars` characters of a text and a notice naming the total
+ * (omega's rule, in characters): `totalChars` when the text is itself a
+ * prefix of something longer.
+ */
+export function truncateText (text: string, maxChars: number, totalChars = text.length): string {
+  if (text.length <= maxChars && totalChars <= maxChars) return text
+  const kept = text.slice(0, maxChars)
+  return `${kept}\n... (output truncated: ${totalChars} total chars, showing first ${kept.length})`
+}
+
 /**
  * Splits `room` bytes among needs: each gets an equal share, and what a
  * small need leaves is shared among the larger ones.

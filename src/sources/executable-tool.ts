@@ -7,7 +7,7 @@ import path from 'node:path'
 import type { AnyTool, JsonSchema } from '../core/tool.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
-import { capBytes } from './mcp-tools.ts'
+import { clipText } from '../core/truncate.ts'
 
 /** stdout kept for parsing; a result larger than this is returned cut, as a string. */
 export const EXECUTABLE_STDOUT_BYTES = 16 * 1024 * 1024
@@ -66,7 +66,7 @@ export function executableTool (file: string, description: Description, options:
       if (run.timedOut) throw new ToolError('Timeout', `${description.name} timed out after ${options.timeoutSeconds}s`)
       if (run.cancelled) throw new ToolError('ExecutionFailed', 'cancelled')
       if (run.exitCode !== 0) {
-        const stderr = capBytes(run.stderr, STDERR_IN_ERROR_BYTES)
+        const stderr = clipText(run.stderr, STDERR_IN_ERROR_BYTES)
         const detail = stderr.trim() === '' ? `${description.name} exited with code ${run.exitCode}` : `${description.name} exited with code ${run.exitCode}: ${stderr.trim()}`
         throw new ToolError('ExecutionFailed', detail, { extra: { exit_code: run.exitCode, stderr } })
       }

@@ -18,7 +18,8 @@ import type { McpServerConfig } from '../config.ts'
 import type { AnyTool, ToolContext } from '../core/tool.ts'
 import { ToolError } from '../errors.ts'
 import { VERSION } from '../version.ts'
-import { capBytes, errorOf, shortMessage, wrapTools } from './mcp-tools.ts'
+import { clipText } from '../core/truncate.ts'
+import { errorOf, shortMessage, wrapTools } from './mcp-tools.ts'
 
 /** `connecting` until the first attempt ends; `down` while retrying; `closed` after close(). */
 export type McpServerState = 'connecting' | 'up' | 'down' | 'closed'
@@ -173,7 +174,7 @@ export class McpClientSource {
       stderr: 'pipe',
     })
     transport.stderr?.on('data', (chunk: Buffer) => {
-      this.#options.log.debug({ stderr: capBytes(chunk.toString('utf8').trimEnd(), 2000) }, 'MCP server stderr')
+      this.#options.log.debug({ stderr: clipText(chunk.toString('utf8').trimEnd(), 2000) }, 'MCP server stderr')
     })
     return transport
   }

@@ -6,6 +6,7 @@
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
 import type { AnyTool, JsonSchema, ToolContext } from '../core/tool.ts'
+import { clipText } from '../core/truncate.ts'
 import { ToolError } from '../errors.ts'
 
 /** The most of an upstream error text that goes into a ToolError message. */
@@ -30,18 +31,10 @@ export function wrapTools (server: string, tools: McpTool[], internal: boolean, 
   }))
 }
 
-/** `text` cut to at most `maxBytes` of UTF-8, on a character boundary. */
-export function capBytes (text: string, maxBytes: number): string {
-  const bytes = Buffer.from(text, 'utf8')
-  if (bytes.length <= maxBytes) return text
-  // A cut inside a multi-byte character decodes to U+FFFD: drop it.
-  return `${bytes.subarray(0, maxBytes).toString('utf8').replace(/\uFFFD$/, '')}…`
-}
-
 /** The text of a result's content items, joined and capped (other items as `[image]` etc.). */
 export function textOf (result: CallToolResult): string {
   const parts = (result.content ?? []).map((item) => (item.type === 'text' ? item.text : `[${item.type}]`))
-  return capBytes(parts.join('\n'), ERROR_TEXT_BYTES)
+  return clipText(parts.join('\n'), ERROR_TEXT_BYTES)
 }
 
 /**
@@ -58,13 +51,13 @@ export function resultOf (result: CallToolResult): unknown {
 
 /** The server's own words of an McpError, without the SDK's `MCP error -32602: ` prefix. */
 function mcpMessage (error: McpError): string {
-  return capBytes(error.message.replace(/^MCP error -?\d+: /, ''), ERROR_TEXT_BYTES)
+  return clipText(error.message.replace(/^MCP error -?\d+: /, ''), ERROR_TEXT_BYTES)
 }
 
 /** The first line of any error's message (never a stack). */
 export function shortMessage (error: unknown): string {
   const message = error instanceof Error ? error.message : String(error)
-  return capBytes(message.split('\n')[0] ?? '', 500)
+  return clipText(message.split('\n')[0] ?? '', 500)
 }
 
 /**

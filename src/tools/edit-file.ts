@@ -6,16 +6,7 @@
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from './define.ts'
-import { existingPath, openContained, readPrefix, serialised, writeContained } from './fs-helpers.ts'
-
-/** Files larger than this are not loaded for an edit. */
-export const MAX_EDIT_BYTES = 16 * 1024 * 1024
-
-function countOccurrences (text: string, needle: string): number {
-  let count = 0
-  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + needle.length)) count++
-  return count
-}
+import { countOccurrences, editFile, replaceFirst } from './text-edit.ts'
 
 export const editFileTool = defineBuiltin({
   name: 'edit_file',
@@ -27,23 +18,11 @@ export const editFileTool = defineBuiltin({
   }),
   async execute (args, ctx) {
     if (args.old_text === '') throw new ToolError('InvalidArgs', 'old_text must not be empty')
-    const absolute = await existingPath(ctx.workspaceDir, args.path)
-    return serialised(absolute, async () => {
-      const { handle, stat } = await openContained(ctx.workspaceDir, absolute, args.path)
-      let text: string
-      try {
-        if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${args.path} is larger than ${MAX_EDIT_BYTES} bytes; edit it with exec_shell instead`)
-        text = (await readPrefix(handle, stat.size)).toString('utf8')
-      } finally {
-        await handle.close()
-      }
+    return editFile(ctx.workspaceDir, args.path, ctx.quota, (text) => {
       const count = countOccurrences(text, args.old_text)
       if (count === 0) throw new ToolError('InvalidArgs', `old_text not found in ${args.path}`)
       if (count > 1) throw new ToolError('InvalidArgs', `old_text appears ${count} times in ${args.path}; it must appear exactly once (add surrounding context)`)
-      const at = text.indexOf(args.old_text)
-      const edited = text.slice(0, at) + args.new_text + text.slice(at + args.old_text.length)
-      await writeContained(ctx.workspaceDir, absolute, args.path, edited, { quota: ctx.quota })
-      return { message: `Successfully edited ${args.path}` }
+      return { text: replaceFirst(text, args.old_text, args.new_text), result: { message: `Successfully edited ${args.path}` } }
     })
   },
 })

@@ -9,7 +9,7 @@ import { Limiter } from '../core/limiter.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from './define.ts'
-import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './exec-shell.ts'
+import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './process-result.ts'
 
 /** A spawn may ask for up to this many seconds. */
 export const SPAWN_TIMEOUT_MAX = 3600

@@ -5,7 +5,7 @@ import { findPrlimit } from '../../src/sandbox/limits.ts'
 import { PlainRunner } from '../../src/sandbox/plain-runner.ts'
 import type { RunOptions } from '../../src/sandbox/types.ts'
 import { bashTool, editTool, readTool, writeTool } from '../../src/tools/omega/index.ts'
-import { truncateOutput } from '../../src/tools/omega/truncate-output.ts'
+import { truncateText } from '../../src/core/truncate.ts'
 import { buildTestApp, exec, tempDir } from '../helper.ts'
 import { codeOf, toolContext } from '../support/context.ts'
 import { expectProblem } from '../support/problem.ts'
@@ -20,8 +20,8 @@ function plainRunner () {
 
 describe('omega truncate_output', () => {
   it('keeps text at or under the cap, cuts longer text with the notice', () => {
-    expect(truncateOutput('abc', 3)).toBe('abc')
-    expect(truncateOutput('abcd', 3)).toBe('abc\n... (output truncated: 4 total chars, showing first 3)')
+    expect(truncateText('abc', 3)).toBe('abc')
+    expect(truncateText('abcd', 3)).toBe('abc\n... (output truncated: 4 total chars, showing first 3)')
   })
 })
 
@@ -67,7 +67,7 @@ describe('omega bash', () => {
     expect(runs[0]).toMatchObject({ command: 'sh', args: ['-c', 'exec bash -c "$1" 2>&1', 'sh', 'true'], timeoutMs: 120_000 })
     const error = await bashTool(runner, 0.5).execute({ command: 'echo so far; sleep 30' }, await toolContext())
       .then(() => null, (thrown: { code: string, extra: Record<string, unknown> }) => thrown)
-    expect(error).toMatchObject({ code: 'Timeout', extra: { partial_output: 'so far\n' } })
+    expect(error).toMatchObject({ code: 'Timeout', extra: { partial_stdout: 'so far\n' } })
   })
 })
 

@@ -6,10 +6,10 @@
  */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../../errors.ts'
+import { truncateText } from '../../core/truncate.ts'
 import type { ProcessRunner } from '../../sandbox/types.ts'
 import { defineBuiltin } from '../define.ts'
-import { checkArgv } from '../exec-shell.ts'
-import { truncateOutput } from './truncate-output.ts'
+import { checkArgv, failedRun } from '../process-result.ts'
 
 export const MAX_BASH_OUTPUT = 30_000
 export const BASH_TIMEOUT_SECS = 120
@@ -36,17 +36,15 @@ export function bashTool (runner: ProcessRunner, timeoutSeconds = BASH_TIMEOUT_S
         // Up to 4 bytes a character: enough bytes for 30,000 characters of any script.
         maxOutputBytes: MAX_BASH_OUTPUT * 4,
       })
+      // A timeout's partial_stdout is bash's output, both streams in the order written.
+      const failure = failedRun(run, timeoutSeconds)
+      if (failure) throw failure
       // stderr holds only what the wrapper or the sandbox said (bash's own went to stdout).
       const printed = run.stdout + run.stderr
-      if (run.timedOut) {
-        throw new ToolError('Timeout', `command timed out after ${timeoutSeconds}s`, { extra: { partial_output: truncateOutput(printed, 16_384) } })
-      }
-      if (run.cancelled) throw new ToolError('ExecutionFailed', 'cancelled')
-      if (run.exitCode === -1 && run.signal === null) throw new ToolError('ExecutionFailed', `the command could not start: ${run.stderr.slice(0, 200)}`)
       const output = printed === '' ? `exit code: ${run.exitCode}` : printed
       const total = run.stdoutTruncated || run.stderrTruncated ? run.stdoutBytes + run.stderrBytes : output.length
       if (total > MAX_BASH_OUTPUT) ctx.markTruncated?.()
-      return { content: truncateOutput(output, MAX_BASH_OUTPUT, total), is_error: run.exitCode !== 0, exit_code: run.exitCode }
+      return { content: truncateText(output, MAX_BASH_OUTPUT, total), is_error: run.exitCode !== 0, exit_code: run.exitCode }
     },
   })
 }

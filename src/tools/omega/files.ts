@@ -6,11 +6,11 @@
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../../errors.ts'
 import { resolveInWorkspace } from '../../core/paths.ts'
+import { truncateText } from '../../core/truncate.ts'
 import { defineBuiltin } from '../define.ts'
-import { existingPath, openContained, readPrefix, serialised, writeContained } from '../fs-helpers.ts'
+import { existingPath, openContained, readPrefix, writeContained } from '../fs-helpers.ts'
 import { namesDirectory } from '../path-syntax.ts'
-import { MAX_EDIT_BYTES } from '../edit-file.ts'
-import { truncateOutput } from './truncate-output.ts'
+import { countOccurrences, editFile, replaceFirst } from '../text-edit.ts'
 
 export const MAX_READ_OUTPUT = 50_000
 
@@ -28,7 +28,7 @@ export const readTool = defineBuiltin({
       const text = (await readPrefix(handle, MAX_READ_OUTPUT * 4)).toString('utf8')
       const total = stat.size > MAX_READ_OUTPUT * 4 ? stat.size : text.length
       if (total > MAX_READ_OUTPUT) ctx.markTruncated?.()
-      return { content: truncateOutput(text, MAX_READ_OUTPUT, total) }
+      return { content: truncateText(text, MAX_READ_OUTPUT, total) }
     } finally {
       await handle.close()
     }
@@ -59,21 +59,13 @@ export const editTool = defineBuiltin({
   }),
   async execute (args, ctx) {
     if (args.old_string === '') throw new ToolError('InvalidArgs', 'old_string must not be empty')
-    const absolute = await existingPath(ctx.workspaceDir, args.file_path)
-    return serialised(absolute, async () => {
-      const { handle, stat } = await openContained(ctx.workspaceDir, absolute, args.file_path)
-      let text: string
-      try {
-        if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${args.file_path} is larger than ${MAX_EDIT_BYTES} bytes`)
-        text = (await readPrefix(handle, stat.size)).toString('utf8')
-      } finally {
-        await handle.close()
-      }
-      const occurrences = text.split(args.old_string).length - 1
+    return editFile(ctx.workspaceDir, args.file_path, ctx.quota, (text) => {
+      const occurrences = countOccurrences(text, args.old_string)
       if (occurrences === 0) throw new ToolError('InvalidArgs', `old_string not found in ${args.file_path}`)
-      const at = text.indexOf(args.old_string)
-      await writeContained(ctx.workspaceDir, absolute, args.file_path, text.slice(0, at) + args.new_string + text.slice(at + args.old_string.length), { quota: ctx.quota })
-      return { content: `Edited ${args.file_path}: replaced the first of ${occurrences} occurrence(s)`, occurrences }
+      return {
+        text: replaceFirst(text, args.old_string, args.new_string),
+        result: { content: `Edited ${args.file_path}: replaced the first of ${occurrences} occurrence(s)`, occurrences },
+      }
     })
   },
 })
