@@ -2,7 +2,7 @@
  * Toolport as an MCP server: each MCP session is an SDK server over a
  * Streamable HTTP transport, bound to the principal that opened it and to
  * one workspace that all its calls share and that goes when the session
- * ends (DELETE, idle expiry, shutdown).
+ * ends (DELETE, idle expiry, the tenant's session limit, shutdown).
  */
 import { randomUUID } from 'node:crypto'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
@@ -26,36 +26,48 @@ export interface McpSession {
   lastActive: number
 }
 
+/** Idle sessions are looked for four times per idle time (and at least once a minute), so one ends at most a quarter of it late. */
+const SWEEPS_PER_IDLE_TIME = 4
+const MAX_SWEEP_INTERVAL_MS = 60_000
+
 export class McpSessions {
   readonly #runtime: Runtime
   readonly #log: Logger
-  readonly #sessions = new Map<string, McpSession>()
+  /** Each tenant's sessions, least recently used first: a use moves a session to the end. */
+  readonly #byTenant = new Map<string, Map<string, McpSession>>()
+  readonly #maxPerTenant: number
   readonly #idleMs: number
   readonly #sweeper: NodeJS.Timeout
 
   constructor (runtime: Runtime, log: Logger) {
     this.#runtime = runtime
     this.#log = log
-    this.#idleMs = runtime.config.workspaces.ttl_seconds * 1000
-    this.#sweeper = setInterval(() => { void this.#closeIdle() }, Math.min(this.#idleMs, 60_000))
+    this.#maxPerTenant = runtime.config.server.max_mcp_sessions
+    this.#idleMs = runtime.config.server.mcp_session_idle_seconds * 1000
+    this.#sweeper = setInterval(() => { this.#endIdle() }, Math.min(this.#idleMs / SWEEPS_PER_IDLE_TIME, MAX_SWEEP_INTERVAL_MS))
     this.#sweeper.unref()
   }
 
-  get size (): number {
-    return this.#sessions.size
+  /** The live session with this id, if it belongs to the same principal; finding it counts as a use. */
+  find (id: string, principal: Principal): McpSession | undefined {
+    const session = this.#byTenant.get(principal.tenant)?.get(id)
+    if (!session || session.principal.allowedTools !== principal.allowedTools) return undefined
+    this.touch(session)
+    return session
   }
 
-  /** The live session with this id, if it belongs to the same principal. */
-  find (id: string, principal: Principal): McpSession | undefined {
-    const session = this.#sessions.get(id)
-    if (!session || session.principal.tenant !== principal.tenant || session.principal.allowedTools !== principal.allowedTools) return undefined
+  /** Marks a use of a live session (a request to it began or ended). */
+  touch (session: McpSession): void {
+    const sessions = this.#byTenant.get(session.principal.tenant)
+    if (!sessions?.delete(session.id)) return
     session.lastActive = Date.now()
-    return session
+    sessions.set(session.id, session)
   }
 
   /**
    * A new session (its id is assigned when the initialize request is
    * handled); `allowed` filters its catalog as REST's `allowed` does.
+   * The caller closes the transport if its initialize request does not complete.
    */
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
     const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant)
@@ -63,11 +75,11 @@ export class McpSessions {
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
-        this.#sessions.set(id, { id, principal, transport, lastActive: Date.now() })
+        this.#admit({ id, principal, transport, lastActive: Date.now() })
       },
     })
     transport.onclose = () => {
-      if (transport.sessionId) this.#sessions.delete(transport.sessionId)
+      if (transport.sessionId) this.#forget(principal.tenant, transport.sessionId)
       void workspace.close()
       void server.close().catch(() => {})
     }
@@ -78,7 +90,8 @@ export class McpSessions {
   /** Ends every session (shutdown). */
   async closeAll (): Promise<void> {
     clearInterval(this.#sweeper)
-    await Promise.allSettled([...this.#sessions.values()].map((session) => session.transport.close()))
+    const all = [...this.#byTenant.values()].flatMap((sessions) => [...sessions.values()])
+    await Promise.allSettled(all.map((session) => session.transport.close()))
   }
 
   #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined): Server {
@@ -101,9 +114,38 @@ export class McpSessions {
     return server
   }
 
-  async #closeIdle (): Promise<void> {
+  /** Registers a new session; past the tenant's limit, its least recently used session ends. */
+  #admit (session: McpSession): void {
+    const { tenant } = session.principal
+    const sessions = this.#byTenant.get(tenant) ?? new Map<string, McpSession>()
+    this.#byTenant.set(tenant, sessions)
+    sessions.set(session.id, session)
+    for (const oldest of sessions.values()) {
+      if (sessions.size <= this.#maxPerTenant) break
+      this.#end(oldest, 'the tenant opened more MCP sessions than server.max_mcp_sessions')
+    }
+  }
+
+  #endIdle (): void {
     const cutoff = Date.now() - this.#idleMs
-    const idle = [...this.#sessions.values()].filter((session) => session.lastActive < cutoff)
-    await Promise.allSettled(idle.map((session) => session.transport.close()))
+    for (const sessions of this.#byTenant.values()) {
+      for (const session of sessions.values()) {
+        if (session.lastActive >= cutoff) break
+        this.#end(session, 'idle for server.mcp_session_idle_seconds')
+      }
+    }
+  }
+
+  /** Ends a session as DELETE /mcp does: its transport closes and its workspace goes. */
+  #end (session: McpSession, why: string): void {
+    this.#forget(session.principal.tenant, session.id)
+    this.#log.info({ tenant: session.principal.tenant, mcp_session: session.id }, `MCP session ended: ${why}`)
+    void session.transport.close().catch(() => {})
+  }
+
+  #forget (tenant: string, id: string): void {
+    const sessions = this.#byTenant.get(tenant)
+    sessions?.delete(id)
+    if (sessions?.size === 0) this.#byTenant.delete(tenant)
   }
 }

@@ -37,12 +37,23 @@ export function mcpRoutes (app: FastifyInstance, runtime: Runtime): void {
     await transport.handleRequest(request.raw as never, reply.raw as never, request.body)
   }
 
-  const existing = (request: FastifyRequest) => {
+  /** The request's session; the request's end counts as a use too, so idle time starts when a long call ends. */
+  const existing = (request: FastifyRequest, reply: FastifyReply) => {
     const id = sessionIdOf(request)
     if (id === undefined) throw new ToolError('BadRequest', `no ${SESSION_HEADER} header: send an initialize request first`)
     const session = sessions.find(id, request.principal)
     if (!session) throw new ToolError('NotFound', 'no such MCP session (it ended or expired)')
+    reply.raw.once('close', () => { sessions.touch(session) })
     return session
+  }
+
+  const initialize = async (request: FastifyRequest, reply: FastifyReply) => {
+    const transport = await sessions.open(request.principal, allowedOf(request))
+    // An initialize the transport refused, or whose answer never reached the client, leaves no session behind.
+    reply.raw.once('close', () => {
+      if (transport.sessionId === undefined || !reply.raw.writableFinished) void transport.close()
+    })
+    return forward(request, reply, transport)
   }
 
   app.post('/mcp', { schema: { summary: 'MCP Streamable HTTP: JSON-RPC messages', tags: ['mcp'] } }, async (request, reply) => {
@@ -50,14 +61,14 @@ export function mcpRoutes (app: FastifyInstance, runtime: Runtime): void {
     if (id === undefined) {
       if (!isInitializeRequest(request.body)) throw new ToolError('BadRequest', 'the first MCP request of a session must be initialize')
       if (runtime.readiness === 'draining') throw new ToolError('Overloaded', 'the service is shutting down')
-      return forward(request, reply, await sessions.open(request.principal, allowedOf(request)))
+      return initialize(request, reply)
     }
-    return forward(request, reply, existing(request).transport)
+    return forward(request, reply, existing(request, reply).transport)
   })
 
   app.get('/mcp', { schema: { summary: 'MCP Streamable HTTP: the server-to-client event stream of a session', tags: ['mcp'] } }, async (request, reply) =>
-    forward(request, reply, existing(request).transport))
+    forward(request, reply, existing(request, reply).transport))
 
   app.delete('/mcp', { schema: { summary: 'MCP Streamable HTTP: end a session (its workspace goes with it)', tags: ['mcp'] } }, async (request, reply) =>
-    forward(request, reply, existing(request).transport))
+    forward(request, reply, existing(request, reply).transport))
 }

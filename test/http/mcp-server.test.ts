@@ -122,7 +122,7 @@ describe('/mcp as an MCP server', () => {
   })
 
   it('removes the workspace of a session that expires, and forgets the session', async () => {
-    const app = await buildTestApp({ workspaces: { ttl_seconds: 1 } })
+    const app = await buildTestApp({ server: { mcp_session_idle_seconds: 1 } })
     const base = await listening(app)
     const root = path.join(app.runtime.workspaces.root, 'ephemeral')
     const client = await connect(base)
