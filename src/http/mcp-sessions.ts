@@ -17,6 +17,7 @@ import { catalogEntry } from '../formats/catalog.ts'
 import { toCallToolResult } from '../formats/mcp-result.ts'
 import { VERSION } from '../version.ts'
 import type { Principal } from './auth.ts'
+import { answerInvalidParams } from './mcp-params.ts'
 import { requestIdOf } from './request-id.ts'
 
 export interface McpSession {
@@ -84,6 +85,7 @@ export class McpSessions {
       void server.close().catch(() => {})
     }
     await server.connect(transport)
+    answerInvalidParams(transport)
     return transport
   }
 

@@ -2,7 +2,8 @@
  * MCP sessions are bounded: per tenant at most `server.max_mcp_sessions`
  * (the least recently used goes), and a session unused for
  * `server.mcp_session_idle_seconds` ends; an ended session's workspace goes
- * with it. Everything over a real socket, with raw JSON-RPC over fetch.
+ * with it. Requests whose params don't fit their method answer -32602 with a
+ * short message. Everything over a real socket, with raw JSON-RPC over fetch.
  */
 import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
@@ -189,5 +190,35 @@ describe('MCP session idle time', () => {
     }, 15_000)).toBe(true)
     expect((await rpc(base, unused, 'tools/list')).status).toBe(404)
     expect(await alive(base, used)).toBe(true)
+  })
+})
+
+describe('MCP requests with params that do not fit their method', () => {
+  it('answer -32602 Invalid params with a short message, and the session goes on', async () => {
+    const app = await buildTestApp()
+    const base = await listening(app)
+    const id = await initialize(base)
+    const cases: Array<[string, unknown]> = [
+      ['tools/call', { name: 'read_file', arguments: 'a.txt' }],
+      ['tools/call', { name: 'read_file', arguments: 42 }],
+      ['tools/call', { name: 42, arguments: {} }],
+      ['tools/call', {}],
+      ['tools/call', undefined],
+      ['tools/list', { cursor: 5 }],
+    ]
+    for (const [method, params] of cases) {
+      const answer = await rpc(base, id, method, params)
+      const error = answer.body?.error
+      expect(error?.code, `${method} ${JSON.stringify(params)}`).toBe(-32602)
+      expect(error?.message).toMatch(new RegExp(`^Invalid params for ${method}: `))
+      expect(error?.message.length).toBeLessThan(200)
+      expect(error?.message).not.toMatch(/invalid_type|"code"|\[\s*\{|\n/)
+    }
+    const argumentsError = (await rpc(base, id, 'tools/call', { name: 'read_file', arguments: 'a.txt' })).body?.error?.message
+    expect(argumentsError).toMatch(/arguments/)
+    expect(argumentsError).toMatch(/object/)
+    expect(argumentsError).toMatch(/string/)
+    const listed = await rpc(base, id, 'tools/list')
+    expect(listed.body?.result?.['tools']).toEqual(expect.arrayContaining([expect.objectContaining({ name: 'read_file' })]))
   })
 })
