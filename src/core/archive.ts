@@ -1,16 +1,20 @@
 /**
- * Workspace archives. Upload extracts a .tar.gz safely: into a staging
- * directory first (so a broken archive changes nothing), keeping only plain
- * files, directories and symlinks that stay inside; then every entry is
- * moved into the workspace through the path-containment check, so neither
- * the archive nor links already in the workspace can lead a write outside.
- * Download streams the workspace as a gzipped tar without following links.
+ * Workspace archives in. An upload is inflated as a stream (zlib, off the
+ * event loop, one chunk at a time) and counted as it goes, so a gzip bomb
+ * stops at the byte limit having held a few chunks, never the whole of it.
+ * It is extracted safely: into a staging directory first (so a broken
+ * archive changes nothing), keeping only plain files, directories and
+ * symlinks that stay inside; then every entry is moved into the workspace
+ * through the path-containment check, so neither the archive nor links
+ * already in the workspace can lead a write outside.
+ * Archives out (downloads) are archive-pack.ts.
  */
 import { randomUUID } from 'node:crypto'
 import { lstat, mkdir, readdir, readlink, rename, rm, symlink } from 'node:fs/promises'
 import path from 'node:path'
-import { Readable } from 'node:stream'
+import { type Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import { createGunzip } from 'node:zlib'
 import * as tar from 'tar'
 import { ToolError } from '../errors.ts'
 import { openContainedDirectory, splitInWorkspace } from './contained-fs.ts'
@@ -21,7 +25,10 @@ import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
 
 export interface ArchiveLimits {
   maxEntries: number
+  /** Bytes of the inflated tar stream (headers included), and of the files it holds. */
   maxBytes: number
+  /** Bytes of the body as sent (compressed). */
+  maxBodyBytes: number
 }
 
 export interface ExtractReport {
@@ -48,27 +55,38 @@ function refusal (entry: tar.ReadEntry | tar.Header, stagingDir: string): string
 }
 
 /**
- * Extracts a .tar.gz held in `archive` into `workspaceDir` (canonical). The
- * workspace's byte quota is asked for the whole unpacked size before anything
- * moves in (files the archive replaces are not credited: a conservative check).
+ * Extracts the .tar.gz streamed in `body` into `workspaceDir` (canonical).
+ * The workspace's byte quota is asked for the whole unpacked size before
+ * anything moves in (files the archive replaces are not credited: a
+ * conservative check). `body` is read, never destroyed: after a refusal the
+ * caller still answers on its connection.
  */
-export async function extractArchive (archive: Buffer, workspaceDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED): Promise<ExtractReport> {
-  if (archive.length < 2 || archive[0] !== 0x1f || archive[1] !== 0x8b) throw new ToolError('BadRequest', 'the body is not a gzip-compressed tar archive')
+export async function extractArchive (body: Readable, workspaceDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
   const staging = path.join(path.dirname(workspaceDir), `.staging-${randomUUID()}`)
   await mkdir(staging)
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [] }
   try {
-    await unpackInto(archive, staging, limits, report)
+    await unpackInto(body, staging, limits, report, signal)
     await quota.ensureRoom((await directorySize(staging)).bytes)
     await moveInto(staging, workspaceDir, '', report)
     return report
   } finally {
-    // Retried: after a failed extraction, writes still under way can make a directory non-empty for a moment.
-    await removeTree(staging)
+    await discard(staging)
   }
 }
 
-async function unpackInto (archive: Buffer, staging: string, limits: ArchiveLimits, report: ExtractReport): Promise<void> {
+/**
+ * Removes the staging directory. After a failure node-tar can still have
+ * writes under way in it; renamed first, it is out of their paths' reach,
+ * so they fail instead of adding entries while it is removed.
+ */
+async function discard (staging: string): Promise<void> {
+  const discarded = `${staging}-discarded`
+  await rename(staging, discarded)
+  await removeTree(discarded)
+}
+
+async function unpackInto (body: Readable, staging: string, limits: ArchiveLimits, report: ExtractReport, signal?: AbortSignal): Promise<void> {
   let entries = 0
   let bytes = 0
   let limitError: ToolError | undefined
@@ -77,8 +95,6 @@ async function unpackInto (archive: Buffer, staging: string, limits: ArchiveLimi
     strict: true,
     preserveOwner: false,
     noChmod: true,
-    // The entry and byte limits below are the real bound; this only stops a pathological stream early.
-    maxDecompressionRatio: MAX_DECOMPRESSION_RATIO,
     filter: (entryPath, stat) => {
       const entry = stat as tar.ReadEntry
       const why = refusal(entry, staging)
@@ -91,27 +107,72 @@ async function unpackInto (archive: Buffer, staging: string, limits: ArchiveLimi
       entries++
       bytes += Number(entry.size ?? 0)
       if (entries > limits.maxEntries) limitError ??= new ToolError('PayloadTooLarge', `the archive has more than ${limits.maxEntries} entries`)
-      if (bytes > limits.maxBytes) limitError ??= new ToolError('PayloadTooLarge', `the archive unpacks to more than ${limits.maxBytes} bytes`)
-      // Stop reading (and decompressing) at once: the rest of a bomb is never inflated.
+      // The size a header announces counts before its bytes arrive: a bomb's file is refused at its header.
+      if (bytes > limits.maxBytes) limitError ??= unpacksTooLarge(limits.maxBytes)
       if (limitError) extractor.abort(limitError)
       return limitError === undefined
     },
   })
+  // Its errors reach us through the pipeline; one from a write still under way after a failure must not go uncaught.
+  extractor.on('error', () => {})
+  const compressed = countedBytes(limits.maxBodyBytes, () => new ToolError('PayloadTooLarge', `the body is larger than ${limits.maxBodyBytes} bytes`))
+  // Piped, not part of the pipeline: a failed pipeline destroys its streams, and destroying a request closes its socket.
+  const forwardError = (error: Error): void => { compressed.destroy(error) }
+  body.on('error', forwardError)
+  body.pipe(compressed)
   try {
-    await pipeline(Readable.from([archive]), extractor)
+    const inflated = countedBytes(limits.maxBytes, () => unpacksTooLarge(limits.maxBytes))
+    await pipeline(compressed, createGunzip(), inflated, compressedOnce(), extractor, signal ? { signal } : {})
   } catch (error) {
-    if (limitError) throw limitError
-    throw unreadable(error as Error, staging)
+    throw limitError ?? (error instanceof ToolError ? error : unreadable(error as NodeJS.ErrnoException, staging))
+  } finally {
+    body.unpipe(compressed)
+    body.off('error', forwardError)
   }
   if (limitError) throw limitError
 }
 
-const MAX_DECOMPRESSION_RATIO = 100_000
+const unpacksTooLarge = (maxBytes: number): ToolError => new ToolError('PayloadTooLarge', `the archive unpacks to more than ${maxBytes} bytes`)
+
+/** A pass-through that fails with `tooLarge()` once more than `maxBytes` have gone through it. */
+function countedBytes (maxBytes: number, tooLarge: () => ToolError): Transform {
+  let total = 0
+  return new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      total += chunk.length
+      callback(total > maxBytes ? tooLarge() : null, chunk)
+    },
+  })
+}
+
+/**
+ * Refuses a tar stream that is compressed again: node-tar would inflate an
+ * inner gzip or zstd layer itself, uncounted and in one synchronous step per chunk.
+ */
+function compressedOnce (): Transform {
+  let head: Buffer | undefined = Buffer.alloc(0)
+  return new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      if (head === undefined) return callback(null, chunk)
+      head = Buffer.concat([head, chunk])
+      if (head.length < MAGIC_BYTES) return callback()
+      const first = head
+      head = undefined
+      callback(isCompressed(first) ? new ToolError('BadRequest', 'the archive is compressed more than once; send a tar compressed once with gzip') : null, first)
+    },
+    flush (callback) { callback(null, head) },
+  })
+}
+
+const MAGIC_BYTES = 4
+const GZIP_MAGIC = Buffer.from([0x1f, 0x8b])
+const ZSTD_MAGIC = Buffer.from([0x28, 0xb5, 0x2f, 0xfd])
+const isCompressed = (head: Buffer): boolean => head.subarray(0, 2).equals(GZIP_MAGIC) || head.subarray(0, 4).equals(ZSTD_MAGIC)
 
 /** A reading failure as the client's problem, without the server's paths. */
-function unreadable (error: Error, staging: string): ToolError {
+function unreadable (error: NodeJS.ErrnoException, staging: string): ToolError {
+  if (error.code?.startsWith('Z_')) return new ToolError('BadRequest', `the body is not a gzip-compressed tar archive (${error.message})`)
   const message = (error.message.split('\n')[0] ?? '').replaceAll(`${staging}/`, '').replaceAll(staging, '.')
-  if (/decompression ratio exceeded/.test(message)) return new ToolError('PayloadTooLarge', `the archive expands more than ${MAX_DECOMPRESSION_RATIO} times`)
   return new ToolError('BadRequest', `the archive cannot be read: ${message.replace(/(^|[\s'"(])\/[^\s'"]*/g, '$1…')}`)
 }
 
@@ -153,9 +214,4 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
     }
     if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
   }
-}
-
-/** The workspace as a gzipped tar stream (links stored as links, never followed). */
-export function packWorkspace (workspaceDir: string): Readable {
-  return Readable.from(tar.c({ gzip: true, cwd: workspaceDir, portable: true, follow: false }, ['.']))
 }

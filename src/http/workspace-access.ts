@@ -1,0 +1,14 @@
+/** What the workspace routes share: how a URL names a workspace, and who may change its files. */
+import { Type } from '@sinclair/typebox'
+import { ToolError } from '../errors.ts'
+import type { Principal } from './auth.ts'
+
+export const IdParams = Type.Object({ id: Type.String() })
+
+/**
+ * Uploading an archive and deleting a workspace change its files as
+ * write_file does: with tokens configured, they need one that may use write_file.
+ */
+export function ensureMayChangeFiles (principal: Principal): void {
+  if (!principal.scope('write_file')) throw new ToolError('PermissionDenied', 'changing a workspace\'s files needs a token whose allowed tools include write_file')
+}
