@@ -6,7 +6,7 @@
  */
 import { existsSync } from 'node:fs'
 import { spawn } from 'node:child_process'
-import { mkdir, readdir, rename, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { removeTree } from '../../src/core/remove-tree.ts'
@@ -27,8 +27,8 @@ const SLOW = 120_000
 const long = (outside: string) => `n=$(printf "%0200d" 7); mkdir c && echo bottom > c/leaf && ln -s '${outside}' c/out && ln -s '${outside}/f0' c/f0 &&
   i=0; while [ $i -lt 30 ]; do mkdir p && mv c "p/$n" && mv p c || exit 1; i=$((i+1)); done; echo top > top.txt`
 
-async function outsideWithFiles (): Promise<string> {
-  const outside = path.join(await tempDir('toolport-victim-'), 'victim')
+async function outsideWithFiles (base?: string): Promise<string> {
+  const outside = path.join(base ?? await tempDir('toolport-victim-'), 'victim')
   await mkdir(path.join(outside, 'deep'), { recursive: true })
   for (let i = 0; i < 20; i++) await writeFile(path.join(outside, `f${i}`), 'keep')
   await writeFile(path.join(outside, 'deep', 'g'), 'keep')
@@ -114,9 +114,9 @@ describe('workspaces holding trees a command built', () => {
 })
 
 describe('removing a deep tree while a process rearranges it', () => {
-  /** ws/a/b/<1500 levels of d, each with a file>, made by a real process. */
-  async function deepWorkspace (): Promise<string> {
-    const ws = path.join(await tempDir(), 'ws')
+  /** <base>/ws/a/b/<1500 levels of d, each with a file>, made by a real process. */
+  async function deepWorkspace (base: string): Promise<string> {
+    const ws = path.join(base, 'ws')
     const b = path.join(ws, 'a', 'b')
     await mkdir(b, { recursive: true })
     for (let i = 0; i < 50; i++) await writeFile(path.join(b, `g${i}`), 'mine')
@@ -125,35 +125,40 @@ describe('removing a deep tree while a process rearranges it', () => {
     return ws
   }
 
-  /** Level 200 of the chain: the walk spends its time below it, and passes it on the way down and up. */
-  const middle = (ws: string) => path.join(ws, 'a', 'b', ...Array.from({ length: 200 }, () => 'd'))
+  const chain = (ws: string, levels: number) => path.join(ws, 'a', 'b', ...Array.from({ length: levels }, () => 'd'))
+  /**
+   * Waits until the removal has reached the bottom of the chain (its last
+   * file is gone), then rearranges level 200, which the walk is below of
+   * and must climb back through.
+   */
+  const once = (ws: string, change: string) => `while [ -e '${chain(ws, 1500)}/f' ]; do :; done; ${change}`
 
   it.each([
-    ['swaps a directory for a symlink to the outside and back', (ws: string, outside: string) =>
-      `cd '${path.dirname(middle(ws))}' && while :; do mv d real; ln -s '${outside}' d; rm -f d; mv real d; done`],
-    ['moves a directory out of the tree and back (the walk inside it must not climb out after it)', (ws: string, outside: string) =>
-      `while :; do mv '${middle(ws)}' '${outside}/moved' && mv '${outside}/moved' '${middle(ws)}'; done`],
-  ])('holds when a process %s, and finishes once it stops', async (_name, script) => {
-    const outside = await outsideWithFiles()
+    ['swaps a directory for a symlink to the outside', (ws: string, outside: string) =>
+      once(ws, `cd '${chain(ws, 199)}' && mv d real && ln -s '${outside}' d`)],
+    ['moves a directory out of the tree (the walk inside it must not climb out after it)', (ws: string, outside: string) =>
+      once(ws, `mv '${chain(ws, 200)}' '${outside}/moved'`)],
+  ])('holds when a process %s while the removal is below it, and removes the whole tree', async (_name, script) => {
+    // One directory holds both: a directory moved out of ws stays on the same mount, and a walk could climb from it.
+    const base = await tempDir()
+    const outside = await outsideWithFiles(base)
     for (let round = 0; round < 3; round++) {
-      const ws = await deepWorkspace()
-      const swapper = spawn('sh', ['-c', script(ws, outside)], { stdio: 'ignore' })
+      const ws = await deepWorkspace(base)
+      const changer = spawn('sh', ['-c', script(ws, outside)], { stdio: 'ignore' })
+      const changerExited = new Promise((resolve) => changer.once('exit', resolve))
       try {
-        // Confined: were the walk to climb out of ws, it could reach only these two test directories.
-        await removeTreeConfined(ws, [path.dirname(ws), path.dirname(outside)])
+        // Confined: were the walk to climb out of ws, it could reach only the test's directory.
+        expect(await removeTreeConfined(ws, [base])).toBe(true)
       } finally {
-        swapper.kill('SIGKILL')
-        await new Promise((resolve) => swapper.once('exit', resolve))
+        changer.kill('SIGKILL')
+        await changerExited
       }
-      await expectOutsideIntact(outside)
-      // Whatever the interrupted swap left where it was, put back and remove.
-      if (existsSync(path.join(outside, 'moved'))) {
-        if (existsSync(ws)) await rename(path.join(outside, 'moved'), path.join(ws, 'moved'))
-        else await removeTree(path.join(outside, 'moved'))
-      }
-      await removeTree(ws)
+      // The change was made while the removal ran (the changer finished it, not the kill).
+      expect(await changerExited).toBe(0)
       expect(existsSync(ws)).toBe(false)
       await expectOutsideIntact(outside)
+      // What was moved out is the tree's, not the outside's (emptied by the walk that was inside it).
+      await removeTree(path.join(outside, 'moved'))
     }
   }, SLOW)
 })
