@@ -1,0 +1,265 @@
+/**
+ * Workspace archives against hostile workspaces and hostile uploads. On the
+ * built server (a real process, whose survival is the point): a download
+ * never stops the process, whatever a command does in the workspace
+ * meanwhile, and is always a valid .tar.gz (checked by GNU tar); FIFOs and
+ * sockets are left out; a gzip bomb is refused in bounded memory while the
+ * service keeps answering. Through inject: only a token that may write files
+ * may upload or delete, and an upload waits for (or is refused by) the
+ * service's limiter like any call.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { createReadStream, existsSync } from 'node:fs'
+import { mkdir, readdir, readFile, readlink, writeFile } from 'node:fs/promises'
+import http from 'node:http'
+import net from 'node:net'
+import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { promisify } from 'node:util'
+import { describe, expect, it } from 'vitest'
+import { removeTree } from '../../src/core/remove-tree.ts'
+import { buildTestApp, onCleanup, tempDir } from '../helper.ts'
+import { writeGzipBomb } from '../support/gzip-bomb.ts'
+import { expectProblem } from '../support/problem.ts'
+import { execAs, requestAs } from '../support/requests.ts'
+import { type RunningServer, startServer, waitReady } from '../support/server-process.ts'
+import { tarOf } from '../support/tarball.ts'
+
+const run = promisify(execFile)
+
+interface Served {
+  server: RunningServer
+  root: string
+  dirOf: (id: string) => string
+}
+
+/** The built server with its workspaces under a root the test knows (removed with removeTree: trees here may be deep). */
+async function serve (config: Record<string, unknown> = {}): Promise<Served> {
+  const root = await tempDir('toolport-archives-')
+  onCleanup(() => removeTree(root))
+  const server = await startServer({ sandbox: { mode: 'none' }, ...config, workspaces: { root } })
+  await waitReady(server)
+  return { server, root, dirOf: (id) => path.join(root, 'tenants', 'default', 'ws', id) }
+}
+
+async function createWorkspace (base: string, id: string): Promise<void> {
+  const response = await fetch(`${base}/v1/workspaces`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ id }) })
+  expect(response.status).toBe(201)
+}
+
+/** GET the archive into `file`; rejects when the connection dies (a server that crashed). */
+async function download (base: string, id: string, file: string): Promise<number> {
+  const response = await fetch(`${base}/v1/workspaces/${id}/archive`)
+  await writeFile(file, Buffer.from(await response.arrayBuffer()))
+  return response.status
+}
+
+/** The names in a .tar.gz as GNU tar lists them (it fails on an invalid archive), without a leading './'. */
+async function tarNames (file: string): Promise<string[]> {
+  const { stdout } = await run('tar', ['-tzf', file], { maxBuffer: 64 * 1024 * 1024 })
+  return stdout.split('\n').map((name) => name.replace(/^\.\//, '')).filter((name) => name !== '')
+}
+
+/** A memory figure of a process, in bytes, from /proc/<pid>/status (VmRSS, VmHWM). */
+async function memoryOf (pid: number, field: 'VmRSS' | 'VmHWM'): Promise<number> {
+  const match = new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(await readFile(`/proc/${pid}/status`, 'utf8'))
+  return Number(match?.[1]) * 1024
+}
+
+/** Polls until `condition` holds; the test's own timeout bounds the wait. */
+async function until (condition: () => boolean | Promise<boolean>): Promise<void> {
+  while (!await condition()) await sleep(20)
+}
+
+/** PUT a file's bytes as a stream. The server may answer, and close, before it has read them all. */
+function putFile (url: string, file: string): Promise<{ status: number, body: string }> {
+  return new Promise((resolve, reject) => {
+    let answered = false
+    const request = http.request(url, { method: 'PUT', headers: { 'content-type': 'application/gzip' } }, (response) => {
+      answered = true
+      let body = ''
+      response.setEncoding('utf8')
+      response.on('data', (chunk: string) => { body += chunk })
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, body }))
+      response.on('error', reject)
+    })
+    request.on('error', (error) => { if (!answered) reject(error) })
+    createReadStream(file).pipe(request)
+  })
+}
+
+function stopOnCleanup (child: ChildProcess): void {
+  onCleanup(async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return
+    const exited = new Promise((resolve) => child.once('exit', resolve))
+    child.kill('SIGKILL')
+    await exited
+  })
+}
+
+/** Directories made and removed, and a file rewritten at another size, as fast as a shell can. */
+const CHURN = 'while :; do mkdir -p churn/a/b/c churn/d/e && echo x > churn/a/b/c/f && head -c 70000 /dev/zero > churn/d/grow && : > churn/d/grow; rm -rf churn; done'
+
+/** One name turning from a regular file into a FIFO (which no one writes to) and back, in a loop. */
+const swapping = (name: string) => `while :; do echo x > ${name}.new && mv ${name}.new ${name} && rm -f ${name} && mkfifo ${name} && rm -f ${name}; done`
+
+/** Twelve directories of 200-byte names, a file at the bottom and a link to it at the top. */
+const LONG = 'n=$(printf "%0200d" 7); mkdir c && echo bottom > c/leaf && i=0; while [ $i -lt 12 ]; do mkdir p && mv c "p/$n" && mv p c || exit 1; i=$((i+1)); done; ln -s "c$(i=0; while [ $i -lt 12 ]; do printf "/%s" "$n"; i=$((i+1)); done)/leaf" up'
+
+/** Directories of 200-byte names nested until the path passes 4096 bytes, two files at the bottom; built without long paths. */
+const DEEP = 'n=$(printf "%0200d" 7); mkdir c && echo one > c/leaf1 && echo two > c/leaf2 && i=0; while [ $i -lt 22 ]; do mkdir p && mv c "p/$n" && mv p c || exit 1; i=$((i+1)); done'
+
+describe('downloads from a workspace a command is changing', () => {
+  it('keeps the process alive through downloads while a command creates and deletes directories in a loop, each a valid .tar.gz', async () => {
+    const { server, dirOf } = await serve()
+    await createWorkspace(server.base, 'churn')
+    await writeFile(path.join(dirOf('churn'), 'steady.txt'), 'steady\n')
+    const churner = spawn('sh', ['-c', CHURN], { cwd: dirOf('churn'), stdio: 'ignore' })
+    stopOnCleanup(churner)
+    const out = await tempDir()
+    for (let i = 0; i < 40; i++) {
+      const file = path.join(out, `churn-${i}.tar.gz`)
+      expect(await download(server.base, 'churn', file)).toBe(200)
+      expect(await tarNames(file)).toContain('steady.txt')
+    }
+    expect(server.child.exitCode).toBe(null)
+    expect((await fetch(`${server.base}/healthz`)).status).toBe(200)
+  }, 120_000)
+
+  it('encodes long names so GNU tar restores them, and packs a tree whose paths pass 4096 bytes with its deep entries', async () => {
+    const { server, dirOf } = await serve()
+    const out = await tempDir()
+    // Names past the 255 bytes a plain tar header holds, and a link target past its 100: pax records, restored whole.
+    await createWorkspace(server.base, 'long')
+    await run('sh', ['-c', LONG], { cwd: dirOf('long') })
+    const longFile = path.join(out, 'long.tar.gz')
+    expect(await download(server.base, 'long', longFile)).toBe(200)
+    const restored = path.join(out, 'restored')
+    await mkdir(restored)
+    await run('tar', ['-xzf', longFile, '-C', restored])
+    const bottom = path.join(restored, 'c', ...Array.from({ length: 12 }, () => `${'0'.repeat(199)}7`))
+    expect(await readFile(path.join(bottom, 'leaf'), 'utf8')).toBe('bottom\n')
+    expect(await readlink(path.join(restored, 'up'))).toBe(path.relative(restored, path.join(bottom, 'leaf')))
+
+    // Past PATH_MAX: GNU tar lists such names (it cannot create them by path), and the archive is whole.
+    await createWorkspace(server.base, 'deep')
+    await run('sh', ['-c', DEEP], { cwd: dirOf('deep') })
+    const deepFile = path.join(out, 'deep.tar.gz')
+    expect(await download(server.base, 'deep', deepFile)).toBe(200)
+    const leaves = (await tarNames(deepFile)).filter((name) => /\/leaf[12]$/.test(name))
+    expect(leaves).toHaveLength(2)
+    for (const leaf of leaves) expect(leaf.length).toBeGreaterThan(4096)
+    expect(server.child.exitCode).toBe(null)
+  }, 60_000)
+
+  it('leaves out FIFOs and unix sockets, also a FIFO swapped in for a file while it is packed, and every download completes valid', async () => {
+    const { server, dirOf } = await serve()
+    await createWorkspace(server.base, 'special')
+    const dir = dirOf('special')
+    await writeFile(path.join(dir, 'plain.txt'), 'plain\n')
+    await run('mkfifo', [path.join(dir, 'fifo')])
+    const listener = net.createServer()
+    await new Promise<void>((resolve) => listener.listen(path.join(dir, 'sock'), resolve))
+    onCleanup(() => new Promise((resolve) => listener.close(() => resolve())))
+    const out = await tempDir()
+    const file = path.join(out, 'special.tar.gz')
+    expect(await download(server.base, 'special', file)).toBe(200)
+    expect(await tarNames(file)).toEqual(['plain.txt'])
+
+    for (let i = 0; i < 4; i++) stopOnCleanup(spawn('sh', ['-c', swapping(`swap${i}`)], { cwd: dir, stdio: 'ignore' }))
+    for (let i = 0; i < 30; i++) {
+      const swapped = path.join(out, `swapped-${i}.tar.gz`)
+      expect(await download(server.base, 'special', swapped)).toBe(200)
+      const names = await tarNames(swapped)
+      expect(names).toContain('plain.txt')
+      expect(names.filter((name) => name === 'fifo' || name === 'sock')).toEqual([])
+    }
+    expect(server.child.exitCode).toBe(null)
+  }, 60_000)
+})
+
+describe('uploads', () => {
+  it('refuses a 5 GiB gzip bomb with 413 in bounded memory, answering other requests meanwhile, leaving nothing behind', async () => {
+    const work = await tempDir()
+    const bomb = path.join(work, 'bomb.tar.gz')
+    await writeGzipBomb(bomb, 5 * 1024 ** 3)
+    const { server, root, dirOf } = await serve({ limits: { max_concurrent: 1, queue_timeout_ms: 120_000 } })
+    const pid = server.child.pid as number
+    await createWorkspace(server.base, 'bomb')
+    await writeFile(path.join(dirOf('bomb'), 'keep.txt'), 'keep')
+    const baseline = await memoryOf(pid, 'VmRSS')
+
+    // A call holds the only slot until the test lets it go, so the upload is still under way while other requests come.
+    const [started, release] = [path.join(work, 'started'), path.join(work, 'release')]
+    const holder = fetch(`${server.base}/v1/tools/exec_shell/execute`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ arguments: { command: `touch '${started}'; while [ ! -e '${release}' ]; do sleep 0.05; done`, timeout: 120 } }),
+    })
+    await until(() => existsSync(started))
+    const answered: string[] = []
+    const upload = putFile(`${server.base}/v1/workspaces/bomb/archive`, bomb).then((answer) => { answered.push('upload'); return answer })
+    // The upload waits in the limiter's queue (it takes a slot like any call).
+    await until(async () => /^toolport_limiter_queue_depth 1$/m.test(await (await fetch(`${server.base}/metrics`)).text()))
+    expect((await fetch(`${server.base}/healthz`)).status).toBe(200)
+    answered.push('healthz')
+    await writeFile(release, '')
+    expect((await holder).status).toBe(200)
+
+    const answer = await upload
+    expect(answer.status, answer.body).toBe(413)
+    expect(JSON.parse(answer.body)).toMatchObject({ code: 'PayloadTooLarge' })
+    expect(answered).toEqual(['healthz', 'upload'])
+    expect(await memoryOf(pid, 'VmHWM') - baseline).toBeLessThan(128 * 1024 * 1024)
+    expect(await readdir(dirOf('bomb'))).toEqual(['keep.txt'])
+    expect((await readdir(path.join(root, 'tenants', 'default', 'ws'))).sort()).toEqual(['bomb'])
+    expect((await fetch(`${server.base}/healthz`)).status).toBe(200)
+    expect(server.child.exitCode).toBe(null)
+  }, 120_000)
+
+  it('answers 503 Overloaded when the limiter has no slot and no queue, creating nothing', async () => {
+    const app = await buildTestApp({ limits: { max_concurrent: 1, max_queue: 0 } })
+    const archive = tarOf([{ name: 'a.txt', content: 'a' }])
+    const release = await app.runtime.limiter.acquire()
+    try {
+      const refused = await requestAs(app, null, 'PUT', '/v1/workspaces/busy/archive', archive, { 'content-type': 'application/gzip' })
+      expectProblem(refused, 503, 'Overloaded')
+      expect(refused.headers['retry-after']).toBeDefined()
+      expectProblem(await requestAs(app, null, 'GET', '/v1/workspaces/busy'), 404, 'NotFound')
+    } finally {
+      release()
+    }
+    expect((await requestAs(app, null, 'PUT', '/v1/workspaces/busy/archive', archive, { 'content-type': 'application/gzip' })).status).toBe(200)
+  })
+})
+
+describe('scopes for changes', () => {
+  const TOKENS = [
+    { token: 'reader', tenant: 'acme', allowed_tools: ['read_*', 'list_*'] },
+    { token: 'writer', tenant: 'acme', allowed_tools: ['write_file'] },
+  ]
+
+  it('refuses archive uploads and deletions to a read-only token (403, nothing changes); a write_file token may', async () => {
+    const app = await buildTestApp({ auth: { tokens: TOKENS } })
+    const gzip = { 'content-type': 'application/gzip' }
+    // Creating needs no particular scope; an empty JSON body still asks for the defaults.
+    expect((await requestAs(app, 'reader', 'POST', '/v1/workspaces', { id: 'shared' })).status).toBe(201)
+    expect((await requestAs(app, 'reader', 'POST', '/v1/workspaces', '', { 'content-type': 'application/json' })).status).toBe(201)
+    expect((await execAs(app, 'writer', 'write_file', { path: 'kept.txt', content: 'original' }, 'shared')).status).toBe(200)
+    const dir = app.runtime.workspaces.get('acme', 'shared').dir
+
+    const overwrite = tarOf([{ name: 'kept.txt', content: 'overwritten' }, { name: 'new.txt', content: 'new' }])
+    expectProblem(await requestAs(app, 'reader', 'PUT', '/v1/workspaces/shared/archive', overwrite, gzip), 403, 'PermissionDenied')
+    expectProblem(await requestAs(app, 'reader', 'PUT', '/v1/workspaces/fresh/archive', overwrite, gzip), 403, 'PermissionDenied')
+    expectProblem(await requestAs(app, 'reader', 'DELETE', '/v1/workspaces/shared'), 403, 'PermissionDenied')
+    expect(await readdir(dir)).toEqual(['kept.txt'])
+    expect(await readFile(path.join(dir, 'kept.txt'), 'utf8')).toBe('original')
+    expect((await requestAs(app, 'reader', 'GET', '/v1/workspaces/shared')).status).toBe(200)
+    expectProblem(await requestAs(app, 'reader', 'GET', '/v1/workspaces/fresh'), 404, 'NotFound')
+
+    expect((await requestAs(app, 'writer', 'PUT', '/v1/workspaces/shared/archive', overwrite, gzip)).status).toBe(200)
+    expect(await readFile(path.join(dir, 'kept.txt'), 'utf8')).toBe('overwritten')
+    expect((await requestAs(app, 'writer', 'DELETE', '/v1/workspaces/shared')).status).toBe(204)
+    expectProblem(await requestAs(app, 'reader', 'GET', '/v1/workspaces/shared'), 404, 'NotFound')
+  })
+})
