@@ -33,7 +33,7 @@ const codeOf = (error: unknown): string | undefined => (error as NodeJS.ErrnoExc
 export async function removeTree (target: string): Promise<void> {
   for (let attempt = 0; attempt < KIND_CHANGES; attempt++) {
     if (await removeEntry(target) === 'gone') return
-    const cursor = await TreeCursor.open(target)
+    const cursor = await TreeCursor.open(target, { unlock: true })
     // Not a directory any more: the next attempt removes it as what it is now.
     if (!cursor) continue
     try {

@@ -12,11 +12,20 @@
  * the root is walked again by names, as far as it still leads to the same
  * directories. So the walk never leaves the root's tree, and a tree moved
  * under it costs a walk down, not a wrong turn.
+ *
+ * A walk that removes (`unlock`) first gives every directory it opens back
+ * to its owner (mode 0700): a command running as the service's user may
+ * have taken the permissions away (`chmod 000`), which would otherwise stop
+ * the removal of its workspace for good. A walk that only reads passes such
+ * a directory by.
  */
 import { constants } from 'node:fs'
-import { type FileHandle, open } from 'node:fs/promises'
+import { chmod, type FileHandle, open } from 'node:fs/promises'
 
 const DIRECTORY_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
+/** Linux's O_PATH (Node does not name it): a descriptor that needs no permission on the directory itself. */
+const O_PATH = 0o10000000
+const OWNER_ONLY = 0o700
 
 interface Identity {
   dev: bigint
@@ -33,19 +42,26 @@ export class TreeCursor {
   readonly #rootIdentity: Identity
   #current: FileHandle
   readonly #levels: Level[] = []
+  readonly #unlock: boolean
 
-  private constructor (root: FileHandle, identity: Identity) {
+  private constructor (root: FileHandle, identity: Identity, unlock: boolean) {
     this.#root = root
     this.#rootIdentity = identity
     this.#current = root
+    this.#unlock = unlock
   }
 
-  /** A walk starting at the directory `root`; null when `root` is not a directory (gone, a file, a symlink). */
-  static async open (root: string): Promise<TreeCursor | null> {
-    const handle = await openDirectory(root)
+  /**
+   * A walk starting at the directory `root`; null when `root` is not a
+   * directory (gone, a file, a symlink). With `unlock`, every directory
+   * opened is made the owner's again (for a removal).
+   */
+  static async open (root: string, options: { unlock?: boolean } = {}): Promise<TreeCursor | null> {
+    const unlock = options.unlock ?? false
+    const handle = await openDirectory(root, unlock)
     if (!handle) return null
     try {
-      return new TreeCursor(handle, await identityOf(handle))
+      return new TreeCursor(handle, await identityOf(handle), unlock)
     } catch (error) {
       await handle.close()
       throw error
@@ -69,7 +85,7 @@ export class TreeCursor {
 
   /** Steps into the subdirectory `name`; false when it is not a directory (any more). */
   async enter (name: string): Promise<boolean> {
-    const handle = await openDirectory(this.at(name))
+    const handle = await openDirectory(this.at(name), this.#unlock)
     if (!handle) return false
     try {
       this.#levels.push({ name, ...await identityOf(handle) })
@@ -89,7 +105,7 @@ export class TreeCursor {
   async leave (): Promise<number> {
     if (this.depth === 0) throw new Error('a tree walk cannot leave its root')
     this.#levels.pop()
-    const parent = await openDirectory(`${this.here}/..`)
+    const parent = await openDirectory(`${this.here}/..`, false)
     if (parent) {
       const expected = this.#levels.at(-1) ?? this.#rootIdentity
       if (sameDirectory(await identityOf(parent).catch(() => null), expected)) {
@@ -111,7 +127,7 @@ export class TreeCursor {
     const levels = this.#levels.splice(0)
     await this.#moveTo(this.#root)
     for (const level of levels) {
-      const handle = await openDirectory(this.at(level.name))
+      const handle = await openDirectory(this.at(level.name), this.#unlock)
       if (!handle) return
       if (!sameDirectory(await identityOf(handle).catch(() => null), level)) {
         await handle.close()
@@ -129,14 +145,48 @@ export class TreeCursor {
   }
 }
 
-/** Opens a directory without following a symlink at its name; null when it is not a directory there. */
-async function openDirectory (at: string): Promise<FileHandle | null> {
+const isNotADirectory = (code: string | undefined): boolean => code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR'
+
+/**
+ * Opens a directory without following a symlink at its name; null when it
+ * is not a directory there, or (unless `unlock`) one its owner cannot read.
+ */
+async function openDirectory (at: string, unlock: boolean): Promise<FileHandle | null> {
+  let handle: FileHandle
   try {
-    return await open(at, DIRECTORY_FLAGS)
+    handle = await open(at, DIRECTORY_FLAGS)
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code
-    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR') return null
+    if (isNotADirectory(code)) return null
+    if (code !== 'EACCES') throw error
+    return unlock ? openUnlocked(at) : null
+  }
+  // Listing it, and removing its entries, need read, write and search permission.
+  if (unlock) await handle.chmod(OWNER_ONLY).catch(() => {})
+  return handle
+}
+
+/**
+ * A directory its owner cannot read: opened by O_PATH (which needs no
+ * permission on it, and with O_NOFOLLOW and O_DIRECTORY is surely this
+ * directory), given back to its owner through that descriptor, then opened
+ * for reading through it: no name is looked up twice, so nothing can be
+ * swapped in between.
+ */
+async function openUnlocked (at: string): Promise<FileHandle | null> {
+  let pathOnly: FileHandle
+  try {
+    pathOnly = await open(at, O_PATH | constants.O_DIRECTORY | constants.O_NOFOLLOW)
+  } catch (error) {
+    if (isNotADirectory((error as NodeJS.ErrnoException).code)) return null
     throw error
+  }
+  try {
+    await chmod(`/proc/self/fd/${pathOnly.fd}`, OWNER_ONLY)
+    // Without O_NOFOLLOW: this last step is the descriptor's own link to the directory, which is what to open.
+    return await open(`/proc/self/fd/${pathOnly.fd}`, constants.O_RDONLY | constants.O_DIRECTORY)
+  } finally {
+    await pathOnly.close()
   }
 }
 

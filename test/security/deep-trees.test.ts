@@ -161,4 +161,17 @@ describe('removing a deep tree while a process rearranges it', () => {
       await removeTree(path.join(outside, 'moved'))
     }
   }, SLOW)
+
+  it('removes directories a command took every permission from, the root included', async () => {
+    const base = await tempDir()
+    const ws = path.join(base, 'ws')
+    await mkdir(ws)
+    // As the service's user would meet them: 000 (nothing), 500 (no writing), 600 (no search), and deep.
+    const script = `for mode in 000 500 600; do mkdir -p "m$mode/sub" && echo x > "m$mode/f" && echo y > "m$mode/sub/g" && chmod $mode "m$mode/sub" && chmod $mode "m$mode"; done &&
+      p=d; i=1; while [ $i -lt 1500 ]; do p=$p/d; i=$((i+1)); done; mkdir -p $p && echo z > $p/h && chmod 000 $p && chmod 000 d/d && chmod 000 .`
+    const made = spawn('sh', ['-c', script], { cwd: ws, stdio: 'ignore' })
+    expect(await new Promise((resolve) => made.once('exit', resolve))).toBe(0)
+    expect(await removeTreeConfined(ws, [base])).toBe(true)
+    expect(existsSync(ws)).toBe(false)
+  }, SLOW)
 })

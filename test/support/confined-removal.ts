@@ -5,6 +5,10 @@
  * a removal against a process moving directories must not be able to empty
  * the machine when the code under test is wrong.
  *
+ * It also runs without capabilities: root then meets file permissions as
+ * the service's own user does in production (a directory a command made
+ * unreadable is unreadable to the removal too).
+ *
  * As a script (`node confined-removal.ts <dir>`): removes <dir>; exits 0, or
  * 1 with the error on stderr.
  */
@@ -17,7 +21,7 @@ const SCRIPT = fileURLToPath(import.meta.url)
 /** Removes `target` in a confined child process; true when it was removed. */
 export async function removeTreeConfined (target: string, writable: string[]): Promise<boolean> {
   const binds = writable.flatMap((dir) => ['--bind', dir, dir])
-  const args = ['--ro-bind', '/', '/', '--dev', '/dev', '--unshare-pid', '--proc', '/proc', ...binds, '--die-with-parent', '--', process.execPath, SCRIPT, target]
+  const args = ['--ro-bind', '/', '/', '--dev', '/dev', '--unshare-pid', '--proc', '/proc', ...binds, '--cap-drop', 'ALL', '--die-with-parent', '--', process.execPath, SCRIPT, target]
   const child = spawn('bwrap', args, { stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
