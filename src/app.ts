@@ -13,6 +13,7 @@ import { installAuth } from './http/auth.ts'
 import { answerClientError } from './http/client-errors.ts'
 import { requestIdOf } from './http/request-id.ts'
 import { healthRoutes } from './http/health.ts'
+import { installJsonBody } from './http/json-body.ts'
 import { mcpRoutes } from './http/mcp.ts'
 import { installProblemHandlers, sendProblem } from './http/problem.ts'
 import { ToolError } from './errors.ts'
@@ -83,6 +84,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
   app.addHook('onClose', async () => { await runtime.close() })
   installProblemHandlers(app)
+  installJsonBody(app)
   installAuth(app, config.auth)
 
   app.addSchema(ProblemSchema)

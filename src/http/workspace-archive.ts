@@ -37,7 +37,7 @@ export function archiveRoutes (app: FastifyInstance, runtime: Runtime): void {
       summary: 'Upload a .tar.gz into the workspace (created on first use); hostile entries are skipped and listed',
       tags: ['workspaces'],
       params: IdParams,
-      response: { 200: ExtractReply, ...problems(400, 401, 403, 404, 413) },
+      response: { 200: ExtractReply, ...problems(400, 401, 403, 404, 413, 503) },
     },
   }, async (request, reply) => {
     try {

@@ -3,6 +3,7 @@ import { type Static, Type } from '@sinclair/typebox'
 import type { FastifyInstance } from 'fastify'
 import type { Runtime } from '../core/runtime.ts'
 import { describeWorkspace } from '../core/workspaces.ts'
+import { installJsonBody } from './json-body.ts'
 import { problems } from './schemas.ts'
 import { ensureMayChangeFiles, IdParams } from './workspace-access.ts'
 import { archiveRoutes } from './workspace-archive.ts'
@@ -26,7 +27,7 @@ export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
   }, async (request) => store.info(request.principal.tenant, request.params.id))
 
   app.delete<{ Params: Static<typeof IdParams> }>('/v1/workspaces/:id', {
-    schema: { summary: 'Delete a workspace and its files', tags: ['workspaces'], params: IdParams, response: { 204: Type.Null(), ...problems(400, 401, 404) } },
+    schema: { summary: 'Delete a workspace and its files', tags: ['workspaces'], params: IdParams, response: { 204: Type.Null(), ...problems(400, 401, 403, 404) } },
   }, async (request, reply) => {
     ensureMayChangeFiles(request.principal)
     await store.delete(request.principal.tenant, request.params.id)
@@ -36,11 +37,7 @@ export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
 
 function creationRoute (app: FastifyInstance, runtime: Runtime): void {
   // Every member of a creation is optional, so an empty JSON body asks for the defaults.
-  const parseJson = app.getDefaultJsonParser('error', 'error')
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (body === '') return done(null, {})
-    parseJson(request, String(body), done)
-  })
+  installJsonBody(app, () => ({}))
 
   app.post<{ Body: Static<typeof CreateBody> | undefined }>('/v1/workspaces', {
     schema: { summary: 'Create a persistent workspace', tags: ['workspaces'], body: CreateBody, response: { 201: Created, ...problems(400, 401, 403, 409) } },

@@ -64,3 +64,28 @@ describe('batches', () => {
     expect(ok.statusCode).toBe(200)
   })
 })
+
+describe('request bodies', () => {
+  it('refuses prototype-poisoning keys with a message that names them, not as "not valid JSON"', async () => {
+    const app = await buildTestApp()
+    for (const payload of ['{"arguments":{"__proto__":{"polluted":1}}}', '{"arguments":{"constructor":{"prototype":{"polluted":1}}}}']) {
+      const response = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload })
+      expect(response.statusCode).toBe(400)
+      expect(response.json()).toMatchObject({ code: 'BadRequest', tool: 'read_file', detail: expect.stringContaining('__proto__') })
+      expect(response.json().detail).not.toMatch(/not valid JSON/)
+    }
+    expect(({} as Record<string, unknown>)['polluted']).toBeUndefined()
+    const broken = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload: '{"arguments":' })
+    expect(broken.json()).toMatchObject({ code: 'BadRequest', detail: expect.stringContaining('not valid JSON') })
+  })
+
+  it('takes an empty JSON body of a bodiless request as no body (a DELETE as the Python MCP SDK sends it)', async () => {
+    const app = await buildTestApp()
+    expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'emptied' } })).statusCode).toBe(201)
+    const response = await app.inject({ method: 'DELETE', url: '/v1/workspaces/emptied', headers: { 'content-type': 'application/json' }, payload: '' })
+    expect(response.statusCode).toBe(204)
+    // A POST still needs its body.
+    const post = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload: '' })
+    expect(post.json()).toMatchObject({ code: 'BadRequest', detail: expect.stringContaining('empty') })
+  })
+})
