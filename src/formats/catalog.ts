@@ -1,5 +1,5 @@
 /** The catalog in the four formats of the contract. One tool schema serves them all. */
-import type { AnyTool } from '../core/tool.ts'
+import type { AnyTool } from '../execution/tool.ts'
 
 export const CATALOG_FORMATS = ['native', 'openai', 'anthropic', 'mcp'] as const
 export type CatalogFormat = typeof CATALOG_FORMATS[number]

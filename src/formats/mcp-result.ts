@@ -4,7 +4,7 @@
  * seed's error message.
  */
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
-import type { Outcome } from '../core/execute.ts'
+import type { Outcome } from '../execution/execute.ts'
 
 export function toCallToolResult (outcome: Outcome): CallToolResult {
   if (!outcome.ok) {

@@ -1,7 +1,7 @@
 /** The execution path's view of an HTTP request: who calls, and a signal that fires when the client goes away. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
-import type { Caller } from '../core/execute.ts'
+import type { Caller } from '../execution/execute.ts'
 
 export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller {
   const controller = new AbortController()

@@ -14,7 +14,7 @@
  */
 import { lstatSync, readlinkSync, type Stats } from 'node:fs'
 import path from 'node:path'
-import { isInside } from '../core/paths.ts'
+import { isInside } from '../workspace-fs/paths.ts'
 import { SAFE_PATH } from './environment.ts'
 
 /** Links followed in one chain before giving up on it, as the kernel does (ELOOP). */

@@ -4,10 +4,10 @@
  * argument, in the workspace, through the sandbox.
  */
 import path from 'node:path'
-import type { AnyTool, JsonSchema } from '../core/tool.ts'
+import type { AnyTool, JsonSchema } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
-import { clipText } from '../core/truncate.ts'
+import { clipText } from '../execution/truncate.ts'
 
 /** stdout kept for parsing; a result larger than this is returned cut, as a string. */
 export const EXECUTABLE_STDOUT_BYTES = 16 * 1024 * 1024

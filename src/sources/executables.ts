@@ -10,7 +10,7 @@ import { mkdtemp, readdir, realpath, rm, stat } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import type { Logger } from 'pino'
-import type { AnyTool } from '../core/tool.ts'
+import type { AnyTool } from '../execution/tool.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { executableTool, parseDescription } from './executable-tool.ts'
 

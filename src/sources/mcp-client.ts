@@ -15,10 +15,10 @@ import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/typ
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import type { McpServerConfig } from '../config.ts'
-import type { AnyTool, ToolContext } from '../core/tool.ts'
+import type { AnyTool, ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { VERSION } from '../version.ts'
-import { clipText } from '../core/truncate.ts'
+import { clipText } from '../execution/truncate.ts'
 import { errorOf, shortMessage, wrapTools } from './mcp-tools.ts'
 
 /** `connecting` until the first attempt ends; `down` while retrying; `closed` after close(). */

@@ -5,8 +5,8 @@
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
-import type { AnyTool, JsonSchema, ToolContext } from '../core/tool.ts'
-import { clipText } from '../core/truncate.ts'
+import type { AnyTool, JsonSchema, ToolContext } from '../execution/tool.ts'
+import { clipText } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
 
 /** The most of an upstream error text that goes into a ToolError message. */

@@ -5,8 +5,8 @@
  */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
-import { defineBuiltin } from './define.ts'
-import { countOccurrences, editFile, replaceFirst } from './text-edit.ts'
+import { defineBuiltin } from '../execution/define.ts'
+import { countOccurrences, editFile, replaceFirst } from '../workspace-fs/edit.ts'
 
 export const editFileTool = defineBuiltin({
   name: 'edit_file',

@@ -8,7 +8,7 @@ import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
-import { defineBuiltin } from './define.ts'
+import { defineBuiltin } from '../execution/define.ts'
 import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './process-result.ts'
 
 /** The seed's patterns, matched case-insensitively as substrings. */

@@ -5,8 +5,8 @@
  */
 import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
-import { globMatcher } from '../core/globs.ts'
-import type { AnyTool } from '../core/tool.ts'
+import { globMatcher } from '../execution/globs.ts'
+import type { AnyTool } from '../execution/tool.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { editFileTool } from './edit-file.ts'
 import { createExecShellTool } from './exec-shell.ts'

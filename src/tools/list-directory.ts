@@ -2,10 +2,11 @@
 import { lstat, readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
-import { openContainedDirectory } from '../core/contained-fs.ts'
+import { openContainedDirectory } from '../workspace-fs/open.ts'
 import { ToolError } from '../errors.ts'
-import { defineBuiltin } from './define.ts'
-import { existingPath, fsError } from './fs-helpers.ts'
+import { defineBuiltin } from '../execution/define.ts'
+import { fsError } from '../workspace-fs/errors.ts'
+import { existingPath } from '../workspace-fs/read.ts'
 
 /** Beyond this many entries the listing is cut (and says so). */
 export const MAX_ENTRIES = 10_000

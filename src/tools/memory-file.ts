@@ -1,5 +1,5 @@
 /** Where the memory tools keep their notes: `memory/MEMORY.md` inside the workspace. */
-import { resolveInWorkspace, type ResolvedPath } from '../core/paths.ts'
+import { resolveInWorkspace, type ResolvedPath } from '../workspace-fs/paths.ts'
 
 export const MEMORY_PATH = 'memory/MEMORY.md'
 

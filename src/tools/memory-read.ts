@@ -5,8 +5,8 @@
  */
 import { createInterface } from 'node:readline'
 import { Type } from '@sinclair/typebox'
-import { defineBuiltin } from './define.ts'
-import { openContained, readPrefix } from './fs-helpers.ts'
+import { defineBuiltin } from '../execution/define.ts'
+import { openContained, readPrefix } from '../workspace-fs/read.ts'
 import { resolveMemoryFile } from './memory-file.ts'
 
 export const memoryReadTool = defineBuiltin({

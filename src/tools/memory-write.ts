@@ -6,10 +6,12 @@
 import { constants } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
-import { openContainedDirectory } from '../core/contained-fs.ts'
+import { openContainedDirectory } from '../workspace-fs/open.ts'
 import { ToolError } from '../errors.ts'
-import { defineBuiltin } from './define.ts'
-import { fsError, serialised, withQuotaLock, writeContained } from './fs-helpers.ts'
+import { defineBuiltin } from '../execution/define.ts'
+import { fsError } from '../workspace-fs/errors.ts'
+import { runExclusively } from '../workspace-fs/keyed-mutex.ts'
+import { withQuotaLock, writeContained } from '../workspace-fs/write.ts'
 import { MEMORY_PATH, resolveMemoryFile } from './memory-file.ts'
 
 export const memoryWriteTool = defineBuiltin({
@@ -22,7 +24,7 @@ export const memoryWriteTool = defineBuiltin({
   async execute (args, ctx) {
     const mode = args.mode ?? 'append'
     const file = await resolveMemoryFile(ctx.workspaceDir)
-    await serialised(file.absolute, async () => {
+    await runExclusively(file.absolute, async () => {
       if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true, quota: ctx.quota })
       const append = async () => {
         // The separator is at most two bytes; counting it always keeps the check simple and safe.

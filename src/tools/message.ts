@@ -8,9 +8,9 @@ import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
 import { request } from 'undici'
 import type { Config } from '../config.ts'
-import type { AnyTool } from '../core/tool.ts'
+import type { AnyTool } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
-import { defineBuiltin } from './define.ts'
+import { defineBuiltin } from '../execution/define.ts'
 
 export const MAX_QUEUED_MESSAGES = 1000
 export const SEND_ATTEMPTS = 3

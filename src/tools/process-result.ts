@@ -4,8 +4,8 @@
  * and a result whose output is cut to fit the result limit and says what was
  * cut.
  */
-import type { ToolContext } from '../core/tool.ts'
-import { fitString, shareRoom } from '../core/truncate.ts'
+import type { ToolContext } from '../execution/tool.ts'
+import { fitString, shareRoom } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
 import type { RunResult } from '../sandbox/types.ts'
 

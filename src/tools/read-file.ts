@@ -6,9 +6,9 @@
  */
 import type { FileHandle } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
-import { defineBuiltin } from './define.ts'
-import { fitString } from '../core/truncate.ts'
-import { checkedStat, openForReading, readPrefix } from './fs-helpers.ts'
+import { defineBuiltin } from '../execution/define.ts'
+import { fitString } from '../execution/truncate.ts'
+import { checkedStat, openForReading, readPrefix } from '../workspace-fs/read.ts'
 
 /** Bytes read at a time while looking for line ends. */
 const CHUNK_BYTES = 64 * 1024

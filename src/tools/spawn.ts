@@ -5,10 +5,10 @@
  */
 import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
-import { Limiter } from '../core/limiter.ts'
+import { Limiter } from '../execution/limiter.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
-import { defineBuiltin } from './define.ts'
+import { defineBuiltin } from '../execution/define.ts'
 import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './process-result.ts'
 
 /** A spawn may ask for up to this many seconds. */

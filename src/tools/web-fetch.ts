@@ -7,9 +7,9 @@
 import { Type } from '@sinclair/typebox'
 import { Agent, request } from 'undici'
 import type { Config } from '../config.ts'
-import type { ToolContext } from '../core/tool.ts'
+import type { ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
-import { defineBuiltin } from './define.ts'
+import { defineBuiltin } from '../execution/define.ts'
 import { type AddressPolicy, refusalOf, type Resolver, systemResolver, type VettedAddress, vetHost } from './ssrf.ts'
 
 export const MAX_REDIRECTS = 5

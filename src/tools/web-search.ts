@@ -8,7 +8,7 @@ import { Type } from '@sinclair/typebox'
 import { request } from 'undici'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
-import { defineBuiltin } from './define.ts'
+import { defineBuiltin } from '../execution/define.ts'
 
 export const SEARCH_TIMEOUT_MS = 15_000
 

@@ -1,10 +1,9 @@
 /** write_file: creates or overwrites a file (and its parent directories), atomically and race-free. */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
-import { resolveInWorkspace } from '../core/paths.ts'
-import { defineBuiltin } from './define.ts'
-import { writeContained } from './fs-helpers.ts'
-import { namesDirectory } from './path-syntax.ts'
+import { namesDirectory, resolveInWorkspace } from '../workspace-fs/paths.ts'
+import { defineBuiltin } from '../execution/define.ts'
+import { writeContained } from '../workspace-fs/write.ts'
 
 export const writeFileTool = defineBuiltin({
   name: 'write_file',

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process'
 import { mkdir, readdir, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { removeTree } from '../../src/core/remove-tree.ts'
+import { removeTree } from '../../src/workspaces/remove-tree.ts'
 import { removeTreeConfined } from '../support/confined-removal.ts'
 import { buildTestApp, exec, tempDir } from '../helper.ts'
 

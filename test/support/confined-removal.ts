@@ -14,7 +14,7 @@
  */
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { removeTree } from '../../src/core/remove-tree.ts'
+import { removeTree } from '../../src/workspaces/remove-tree.ts'
 
 const SCRIPT = fileURLToPath(import.meta.url)
 

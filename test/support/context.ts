@@ -1,7 +1,7 @@
 /** A ToolContext for calling a tool directly, with a fresh workspace directory. */
 import { realpath } from 'node:fs/promises'
 import { pino } from 'pino'
-import type { ToolContext } from '../../src/core/tool.ts'
+import type { ToolContext } from '../../src/execution/tool.ts'
 import { tempDir } from './temp.ts'
 
 export async function toolContext (overrides: Partial<ToolContext> = {}): Promise<ToolContext> {

@@ -6,9 +6,9 @@
  */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../../errors.ts'
-import { truncateText } from '../../core/truncate.ts'
+import { truncateText } from '../../execution/truncate.ts'
 import type { ProcessRunner } from '../../sandbox/types.ts'
-import { defineBuiltin } from '../define.ts'
+import { defineBuiltin } from '../../execution/define.ts'
 import { checkArgv, failedRun } from '../process-result.ts'
 
 export const MAX_BASH_OUTPUT = 30_000

@@ -5,12 +5,12 @@
  */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../../errors.ts'
-import { resolveInWorkspace } from '../../core/paths.ts'
-import { truncateText } from '../../core/truncate.ts'
-import { defineBuiltin } from '../define.ts'
-import { existingPath, openContained, readPrefix, writeContained } from '../fs-helpers.ts'
-import { namesDirectory } from '../path-syntax.ts'
-import { countOccurrences, editFile, replaceFirst } from '../text-edit.ts'
+import { namesDirectory, resolveInWorkspace } from '../../workspace-fs/paths.ts'
+import { truncateText } from '../../execution/truncate.ts'
+import { defineBuiltin } from '../../execution/define.ts'
+import { existingPath, openContained, readPrefix } from '../../workspace-fs/read.ts'
+import { writeContained } from '../../workspace-fs/write.ts'
+import { countOccurrences, editFile, replaceFirst } from '../../workspace-fs/edit.ts'
 
 export const MAX_READ_OUTPUT = 50_000
 

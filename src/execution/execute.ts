@@ -1,0 +1,196 @@
+/**
+ * The one execution path. REST execute, batches and /mcp all call `execute`
+ * and only translate its outcome: lookup, scope, argument validation, the
+ * limiters, the workspace, cancellation, truncation, metrics and the
+ * completion log line happen here, once.
+ */
+import type { Logger } from 'pino'
+import { asToolError, ToolError } from '../errors.ts'
+import type { NameMatcher } from './globs.ts'
+import type { Limiter, Release } from './limiter.ts'
+import type { Metrics } from './metrics.ts'
+import type { ToolRegistry } from './registry.ts'
+import type { AnyTool } from './tool.ts'
+import { fitStringMembers, truncateResult } from './truncate.ts'
+import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
+import { parseArguments, validateArguments } from './validation.ts'
+import type { WorkspaceScope } from '../workspaces/scope.ts'
+
+/** What the execution path needs of the running service. */
+export interface ExecutionServices {
+  registry: ToolRegistry
+  limiter: Limiter
+  metrics: Metrics
+  /** The configured result limit: the default and the ceiling. */
+  maxResultBytes: number
+  /** Fires when the drain timeout of a shutdown has run out: running calls are cancelled. */
+  killSignal: AbortSignal
+  /** The quotas of a tenant (workspace bytes are checked by the file tools before they write). */
+  quotaOf: (tenant: string) => TenantQuota
+  /**
+   * Where the completion line of every call goes: a logger without the
+   * redaction pass, which costs more than the rest of the line, for a line
+   * whose fields are all the service's own (no argument, header or result).
+   */
+  callLog: Logger
+}
+
+/** Who is calling, and from where. */
+export interface Caller {
+  tenant: string
+  /** The tools the caller's token may use. */
+  scope: NameMatcher
+  requestId: string
+  log: Logger
+  /** Fires when the client goes away. */
+  signal: AbortSignal
+}
+
+export interface ToolCall {
+  name: string
+  arguments: unknown
+  /** The caller's result limit; capped by the configured one. */
+  maxResultBytes?: number
+}
+
+export type Outcome =
+  | { ok: true, tool: string, result: unknown, truncated: boolean, durationMs: number, workspace: string | null }
+  | { ok: false, tool: string, error: ToolError, durationMs: number }
+
+const MIN_RESULT_BYTES = 256
+
+/** The tool `name` found, when the caller may use it: NotFound when absent, PermissionDenied when out of scope. */
+export function usableTool (tool: AnyTool | undefined, name: string, scope: NameMatcher): AnyTool {
+  if (!tool) throw new ToolError('NotFound', `no tool named ${JSON.stringify(name)}`)
+  if (!scope(tool.name)) throw new ToolError('PermissionDenied', `tool ${JSON.stringify(tool.name)} is outside this token's allowed tools`)
+  return tool
+}
+
+function effectiveLimit (configured: number, requested: number | undefined): number {
+  if (requested === undefined) return configured
+  return Math.max(MIN_RESULT_BYTES, Math.min(configured, Math.floor(requested)))
+}
+
+async function acquireAll (limiters: Limiter[], signal: AbortSignal, metrics: Metrics): Promise<Release> {
+  const releases: Release[] = []
+  try {
+    for (const limiter of limiters) releases.push(await limiter.acquire(signal))
+  } catch (error) {
+    for (const release of releases.reverse()) release()
+    if (error instanceof ToolError && (error.code === 'Overloaded' || error.code === 'ExecutionFailed')) {
+      metrics.rejections.inc({ limiter: limiters[releases.length]?.options.name ?? 'unknown' })
+    }
+    throw error
+  }
+  return () => { for (const release of releases.reverse()) release() }
+}
+
+/**
+ * A signal that fires when either source does, and the function that
+ * unhooks it once the call is over. Cheaper than AbortSignal.any, whose
+ * weak references to every call's signal pile up on the long-lived kill
+ * signal until a full garbage collection clears them.
+ */
+function linkSignals (a: AbortSignal, b: AbortSignal): { signal: AbortSignal, dispose: () => void } {
+  if (a.aborted) return { signal: a, dispose: () => {} }
+  if (b.aborted) return { signal: b, dispose: () => {} }
+  const controller = new AbortController()
+  const onA = (): void => controller.abort(a.reason)
+  const onB = (): void => controller.abort(b.reason)
+  a.addEventListener('abort', onA, { once: true })
+  b.addEventListener('abort', onB, { once: true })
+  return {
+    signal: controller.signal,
+    dispose: () => {
+      a.removeEventListener('abort', onA)
+      b.removeEventListener('abort', onB)
+    },
+  }
+}
+
+/** Runs one tool call to an Outcome. Never throws. */
+export async function execute (services: ExecutionServices, call: ToolCall, caller: Caller, workspace: WorkspaceScope): Promise<Outcome> {
+  const started = performance.now()
+  // Unknown names stay out of metric labels: a caller must not be able to mint label values.
+  let toolName = call.name
+  let metricName = '(unknown)'
+  let workspaceId: string | null = null
+  let outcome: Outcome
+  let disposeSignal: (() => void) | undefined
+  const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
+  try {
+    const found = services.registry.get(call.name)
+    // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
+    toolName = found?.name ?? call.name
+    const tool = usableTool(found, call.name, caller.scope)
+    metricName = tool.name
+    const args = parseArguments(call.arguments)
+    validateArguments(tool, args, caller.log)
+    workspace.validate()
+    const link = linkSignals(caller.signal, services.killSignal)
+    disposeSignal = link.dispose
+    const signal = link.signal
+    const limiters = tool.limiter ? [services.limiter, tool.limiter] : [services.limiter]
+    const release = await acquireAll(limiters, signal, services.metrics)
+    try {
+      const lease = await workspace.lease()
+      workspaceId = lease.id
+      try {
+        if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
+        let cutByTool = false
+        const raw = await tool.execute(args, {
+          workspaceDir: lease.dir,
+          workspaceId: lease.id,
+          signal,
+          maxResultBytes,
+          log: caller.log,
+          requestId: caller.requestId,
+          tenant: caller.tenant,
+          quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
+          markTruncated: () => { cutByTool = true },
+        })
+        const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
+        outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
+      } finally {
+        await lease.release()
+      }
+    } finally {
+      release()
+    }
+  } catch (thrown) {
+    const error = asToolError(thrown)
+    if (error !== thrown || error.status >= 500) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
+    outcome = { ok: false, tool: toolName, error: withinLimit(stoppedByShutdown(error, services.killSignal), maxResultBytes), durationMs: 0 }
+  } finally {
+    disposeSignal?.()
+  }
+  outcome.durationMs = Math.round((performance.now() - started) * 1000) / 1000
+  record(services, caller.requestId, outcome, metricName, workspaceId)
+  return outcome
+}
+
+/**
+ * A call cut short because the drain timeout of a shutdown ran out did not
+ * fail: another instance can run it, so it answers 503 with Retry-After.
+ */
+function stoppedByShutdown (error: ToolError, killSignal: AbortSignal): ToolError {
+  if (!killSignal.aborted || error.code !== 'ExecutionFailed') return error
+  return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
+}
+
+/** An error whose detail and members (a timed-out command's partial output) fit the result limit, as results do. */
+function withinLimit (error: ToolError, maxBytes: number): ToolError {
+  const members = { detail: error.message, ...error.extra }
+  const fitted = fitStringMembers(members, maxBytes)
+  if (fitted === members) return error
+  const { detail, ...extra } = fitted
+  return new ToolError(error.code, String(detail), { extra, retryAfterSeconds: error.retryAfterSeconds, cause: error.cause })
+}
+
+function record ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null): void {
+  const code = outcome.ok ? 'ok' : outcome.error.code
+  const labels = { tool: metricName, code }
+  metrics.calls.inc(labels)
+  metrics.duration.observe(labels, outcome.durationMs / 1000)
+  callLog.info({ request_id: requestId, tool: outcome.tool, workspace, code, duration_ms: outcome.durationMs }, 'tool call finished')
+}

@@ -1,0 +1,59 @@
+/**
+ * The seeds' Tool interface: a name, a description, a JSON Schema for the
+ * arguments and an `execute` that answers a JSON value or throws a ToolError.
+ */
+import type { Logger } from 'pino'
+import type { Limiter } from './limiter.ts'
+import type { WorkspaceQuota } from '../workspaces/quotas.ts'
+
+export type JsonSchema = Record<string, unknown>
+
+/** Where a tool comes from, as the catalog reports it. */
+export type ToolSource = 'builtin' | 'executable' | 'mcp'
+
+/** What a running call knows about its surroundings. Nothing here knows about HTTP. */
+export interface ToolContext {
+  /** Absolute, canonical path of the call's workspace directory. */
+  workspaceDir: string
+  /** The workspace id, or null for an ephemeral workspace. */
+  workspaceId: string | null
+  /** Fires when the client goes away, the service shuts down or the call times out. */
+  signal: AbortSignal
+  /** The effective result limit in bytes (the tool may use it to read no more than needed). */
+  maxResultBytes: number
+  log: Logger
+  requestId: string
+  tenant: string
+  /** The workspace's byte quota: writes ask it first. Absent means unlimited (direct calls in tests). */
+  quota?: WorkspaceQuota
+  /** A tool that cut its own result to fit (command output, a file's line) says so: the answer's `truncated` turns true. */
+  markTruncated?: () => void
+}
+
+export interface Tool<Args = Record<string, unknown>> {
+  name: string
+  description: string
+  /** JSON Schema of the arguments; the execution path validates them before `execute`. */
+  parameters: JsonSchema
+  source: ToolSource
+  /** Hidden from catalogs unless an `allowed` glob selects it (MCP `internal_only`). */
+  internal?: boolean
+  /** A per-tool concurrency limit (spawn's 5), taken after the global limiter. */
+  limiter?: Limiter
+  execute: (args: Args, ctx: ToolContext) => Promise<unknown>
+}
+
+/** A tool with its argument type erased, as the registry holds it. */
+export type AnyTool = Tool<any>
+
+/** The catalog entry of a tool (the native format). */
+export interface ToolInfo {
+  name: string
+  description: string
+  parameters: JsonSchema
+  source: ToolSource
+}
+
+export function toolInfo (tool: AnyTool): ToolInfo {
+  return { name: tool.name, description: tool.description, parameters: tool.parameters, source: tool.source }
+}

@@ -1,0 +1,53 @@
+/**
+ * Bearer-token authentication. With tokens configured, every /v1 and /mcp
+ * request needs one; a token names its tenant and the tools it may use.
+ * Tokens are compared through their SHA-256 digests in constant time.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { Config } from '../../config.ts'
+import { globMatcher, type NameMatcher } from '../../execution/globs.ts'
+import { ToolError } from '../../errors.ts'
+
+export interface Principal {
+  tenant: string
+  scope: NameMatcher
+  allowedTools: string[]
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal
+  }
+}
+
+const ANONYMOUS: Principal = { tenant: 'default', scope: () => true, allowedTools: ['*'] }
+
+const digest = (token: string): Buffer => createHash('sha256').update(token).digest()
+
+function needsAuth (url: string): boolean {
+  return url.startsWith('/v1/') || url === '/v1' || url.startsWith('/mcp')
+}
+
+export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
+  const known = auth.tokens.map((t) => ({ digest: digest(t.token), principal: { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools } }))
+  // Without tokens every request is anonymous: no hook to run per request.
+  if (known.length === 0) {
+    app.decorateRequest('principal', { getter: () => ANONYMOUS })
+    return
+  }
+  app.decorateRequest('principal', null as unknown as Principal)
+  app.addHook('onRequest', async (request: FastifyRequest) => {
+    request.principal = ANONYMOUS
+    if (!needsAuth(request.url)) return
+    const header = request.headers.authorization ?? ''
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header)
+    if (!match?.[1]) throw new ToolError('Unauthorized', 'send Authorization: Bearer <token>')
+    const presented = digest(match[1])
+    // Compare against every token so the time taken does not reveal which one matched.
+    let found: Principal | undefined
+    for (const candidate of known) if (timingSafeEqual(candidate.digest, presented)) found ??= candidate.principal
+    if (!found) throw new ToolError('Unauthorized', 'unknown token')
+    request.principal = found
+  })
+}

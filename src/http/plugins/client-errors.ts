@@ -1,0 +1,38 @@
+/**
+ * Answers for requests that never reach a route: bytes that are not HTTP,
+ * headers over the size limit, a client too slow to send its request
+ * (slow-loris). Node would answer these with a bare status line; Toolport
+ * answers problem+json like everywhere else, then closes the socket.
+ */
+import { randomUUID } from 'node:crypto'
+import type { Socket } from 'node:net'
+import { PROBLEM_CONTENT_TYPE, toProblem, ToolError } from '../../errors.ts'
+
+function detailOf (error: NodeJS.ErrnoException): string {
+  switch (error.code) {
+    case 'HPE_HEADER_OVERFLOW': return 'the request line or headers are larger than the server accepts'
+    case 'ERR_HTTP_REQUEST_TIMEOUT': return 'the request was not received in time'
+    case 'HPE_INVALID_METHOD': return 'not an HTTP request'
+    default: return 'malformed HTTP request'
+  }
+}
+
+/** Fastify's `clientErrorHandler`: one problem+json answer, then the socket closes. */
+export function answerClientError (error: NodeJS.ErrnoException, socket: Socket): void {
+  // A connection that is gone, or one with an answer already on its way (whose body these bytes
+  // would corrupt), is only closed.
+  const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
+  if (error.code === 'ECONNRESET' || !socket.writable || inFlight) {
+    socket.destroy()
+    return
+  }
+  const body = JSON.stringify(toProblem(new ToolError('BadRequest', detailOf(error)), randomUUID()))
+  socket.end([
+    'HTTP/1.1 400 Bad Request',
+    `Content-Type: ${PROBLEM_CONTENT_TYPE}`,
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    'Connection: close',
+    '',
+    body,
+  ].join('\r\n'))
+}

@@ -1,0 +1,74 @@
+/**
+ * POST/GET/DELETE /mcp: the MCP Streamable HTTP endpoint, serving the same
+ * catalog, scopes and execution path as REST. The SDK transport writes the
+ * answers itself, so these routes hand it the raw request and response.
+ */
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { Logger } from 'pino'
+import { globMatcher, parseGlobList } from '../../execution/globs.ts'
+import type { NameMatcher } from '../../execution/globs.ts'
+import type { Runtime } from '../../runtime.ts'
+import { ToolError } from '../../errors.ts'
+import { McpSessions } from '../../mcp-server/sessions.ts'
+
+const SESSION_HEADER = 'mcp-session-id'
+
+function sessionIdOf (request: FastifyRequest): string | undefined {
+  const header = request.headers[SESSION_HEADER]
+  return typeof header === 'string' ? header : undefined
+}
+
+/**
+ * `?allowed=GLOB,GLOB` on the initialize request: the session's catalog is
+ * filtered as REST's `allowed` filters it (the way to see internal_only MCP tools).
+ */
+function allowedOf (request: FastifyRequest): NameMatcher | undefined {
+  const { allowed } = request.query as { allowed?: unknown }
+  return typeof allowed === 'string' ? globMatcher(parseGlobList(allowed)) : undefined
+}
+
+export function mcpRoutes (app: FastifyInstance, runtime: Runtime): void {
+  const sessions = new McpSessions(runtime, app.log as Logger)
+  app.addHook('onClose', async () => { await sessions.closeAll() })
+
+  const forward = async (request: FastifyRequest, reply: FastifyReply, transport: { handleRequest: (req: never, res: never, body?: unknown) => Promise<void> }) => {
+    reply.hijack()
+    await transport.handleRequest(request.raw as never, reply.raw as never, request.body)
+  }
+
+  /** The request's session; the request's end counts as a use too, so idle time starts when a long call ends. */
+  const existing = (request: FastifyRequest, reply: FastifyReply) => {
+    const id = sessionIdOf(request)
+    if (id === undefined) throw new ToolError('BadRequest', `no ${SESSION_HEADER} header: send an initialize request first`)
+    const session = sessions.find(id, request.principal)
+    if (!session) throw new ToolError('NotFound', 'no such MCP session (it ended or expired)')
+    reply.raw.once('close', () => { sessions.touch(session) })
+    return session
+  }
+
+  const initialize = async (request: FastifyRequest, reply: FastifyReply) => {
+    const transport = await sessions.open(request.principal, allowedOf(request))
+    // An initialize the transport refused, or whose answer never reached the client, leaves no session behind.
+    reply.raw.once('close', () => {
+      if (transport.sessionId === undefined || !reply.raw.writableFinished) void transport.close()
+    })
+    return forward(request, reply, transport)
+  }
+
+  app.post('/mcp', { schema: { summary: 'MCP Streamable HTTP: JSON-RPC messages', tags: ['mcp'] } }, async (request, reply) => {
+    const id = sessionIdOf(request)
+    if (id === undefined) {
+      if (!isInitializeRequest(request.body)) throw new ToolError('BadRequest', 'the first MCP request of a session must be initialize')
+      if (runtime.readiness === 'draining') throw new ToolError('Overloaded', 'the service is shutting down')
+      return initialize(request, reply)
+    }
+    return forward(request, reply, existing(request, reply).transport)
+  })
+
+  app.get('/mcp', { schema: { summary: 'MCP Streamable HTTP: the server-to-client event stream of a session', tags: ['mcp'] } }, async (request, reply) =>
+    forward(request, reply, existing(request, reply).transport))
+
+  app.delete('/mcp', { schema: { summary: 'MCP Streamable HTTP: end a session (its workspace goes with it)', tags: ['mcp'] } }, async (request, reply) =>
+    forward(request, reply, existing(request, reply).transport))
+}

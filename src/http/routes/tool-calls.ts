@@ -1,0 +1,96 @@
+/**
+ * POST /v1/tool-calls: the calls of one model turn, in any of the three call
+ * shapes, answered with per-call results and ready-made tool messages.
+ */
+import { type Static, Type } from '@sinclair/typebox'
+import type { FastifyInstance } from 'fastify'
+import { type Caller, execute, type Outcome } from '../../execution/execute.ts'
+import type { Runtime } from '../../runtime.ts'
+import { WorkspaceScope } from '../../workspaces/scope.ts'
+import { toProblem, ToolError } from '../../errors.ts'
+import { callIdOf, callNameOf, parseCall } from '../../formats/calls.ts'
+import { MESSAGE_FORMATS, type MessageFormat, toolMessage } from '../../formats/messages.ts'
+import { callerOf } from '../caller.ts'
+import { AnyJson, JsonObject, problems } from '../schemas.ts'
+
+/** More calls than this in one turn is not a model turn. */
+export const MAX_BATCH_CALLS = 256
+
+const BatchBody = Type.Object({
+  calls: Type.Array(AnyJson, { maxItems: MAX_BATCH_CALLS, description: `Calls in the native, OpenAI or Anthropic shape; at most ${MAX_BATCH_CALLS} (more: 400 BadRequest)` }),
+  workspace: Type.Optional(Type.String()),
+  format: Type.Optional(Type.Unsafe<MessageFormat>({ type: 'string', enum: [...MESSAGE_FORMATS], description: 'Format of the ready-made messages (default native)' })),
+  parallel: Type.Optional(Type.Boolean({ description: 'Run the calls concurrently, at most limits.max_concurrent at once (default: in order)' })),
+}, { additionalProperties: false })
+
+const BatchResult = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  ok: Type.Boolean(),
+  status: Type.Integer(),
+  result: Type.Optional(AnyJson),
+  error: Type.Optional(JsonObject),
+  truncated: Type.Boolean(),
+  duration_ms: Type.Number(),
+})
+
+const BatchReply = Type.Object({ results: Type.Array(BatchResult), messages: Type.Array(JsonObject) })
+
+async function runItem (runtime: Runtime, item: unknown, index: number, caller: Caller, workspace: WorkspaceScope): Promise<{ id: string, outcome: Outcome }> {
+  let call
+  try {
+    call = parseCall(item, index)
+  } catch (error) {
+    return { id: callIdOf(item, index), outcome: { ok: false, tool: callNameOf(item), error: error as ToolError, durationMs: 0 } }
+  }
+  return { id: call.id, outcome: await execute(runtime, call, caller, workspace) }
+}
+
+/**
+ * `run` over every item, at most `width` at a time, results in item order.
+ * A parallel batch takes at most the limiter's width, so its own calls wait
+ * for each other instead of filling the limiter's queue and being refused.
+ */
+async function mapWithConcurrency<T, R> (items: readonly T[], width: number, run: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length)
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const index = next++
+      results[index] = await run(items[index] as T, index)
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker))
+  return results
+}
+
+function present (id: string, outcome: Outcome, requestId: string): Static<typeof BatchResult> {
+  if (outcome.ok) {
+    return { id, name: outcome.tool, ok: true, status: 200, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs }
+  }
+  const error = toProblem(outcome.error, requestId, outcome.tool || undefined)
+  return { id, name: outcome.tool, ok: false, status: outcome.error.status, error, truncated: false, duration_ms: outcome.durationMs }
+}
+
+export function toolCallRoutes (app: FastifyInstance, runtime: Runtime): void {
+  app.post<{ Body: Static<typeof BatchBody> }>('/v1/tool-calls', {
+    schema: { summary: 'Run the tool calls of one model turn', tags: ['tools'], body: BatchBody, response: { 200: BatchReply, ...problems(400, 401, 413) } },
+  }, async (request, reply) => {
+    const caller = callerOf(request, reply)
+    const workspace = new WorkspaceScope(runtime.workspaces, caller.tenant, request.body.workspace)
+    workspace.validate()
+    try {
+      const calls = request.body.calls
+      const run = (item: unknown, index: number) => runItem(runtime, item, index, caller, workspace)
+      const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
+      const done = await mapWithConcurrency(calls, width, run)
+      const format = request.body.format ?? 'native'
+      return {
+        results: done.map(({ id, outcome }) => present(id, outcome, request.id)),
+        messages: done.map(({ id, outcome }) => toolMessage(id, outcome, format)),
+      }
+    } finally {
+      await workspace.close()
+    }
+  })
+}

@@ -1,0 +1,78 @@
+/** GET /v1/tools, GET /v1/tools/{name}, POST /v1/tools/{name}/execute. */
+import { type Static, Type } from '@sinclair/typebox'
+import type { FastifyInstance } from 'fastify'
+import { execute } from '../../execution/execute.ts'
+import { globMatcher, parseGlobList } from '../../execution/globs.ts'
+import type { Runtime } from '../../runtime.ts'
+import { WorkspaceScope } from '../../workspaces/scope.ts'
+import { ToolError } from '../../errors.ts'
+import { catalog, CATALOG_FORMATS, type CatalogFormat, catalogEntry } from '../../formats/catalog.ts'
+import { callerOf } from '../caller.ts'
+import { sendProblem } from '../plugins/problem.ts'
+import { AnyJson, JsonObject, problems, ToolEntry } from '../schemas.ts'
+
+const CatalogQuery = Type.Object({
+  format: Type.Optional(Type.Unsafe<CatalogFormat>({ type: 'string', enum: [...CATALOG_FORMATS], description: 'Envelope of each tool (default native)' })),
+  allowed: Type.Optional(Type.String({ description: 'Comma-separated globs over tool names; the only way to see internal_only MCP tools' })),
+})
+
+const NameParams = Type.Object({ name: Type.String({ minLength: 1, maxLength: 256 }) })
+
+const ExecuteBody = Type.Object({
+  arguments: Type.Optional(Type.Unsafe<unknown>({ description: 'The tool arguments: an object, or its JSON as a string (as OpenAI sends it)' })),
+  workspace: Type.Optional(Type.String({ description: 'A persistent workspace id; without it the call runs in a fresh workspace removed afterwards' })),
+  max_result_bytes: Type.Optional(Type.Integer({ minimum: 1, description: 'Lower the result limit for this call (the configured one is the ceiling)' })),
+}, { additionalProperties: false })
+
+const ExecuteReply = Type.Object({
+  tool: Type.String(),
+  result: AnyJson,
+  truncated: Type.Boolean(),
+  duration_ms: Type.Number(),
+  workspace: Type.Union([Type.String(), Type.Null()]),
+})
+
+export function toolRoutes (app: FastifyInstance, runtime: Runtime): void {
+  app.get<{ Querystring: Static<typeof CatalogQuery> }>('/v1/tools', {
+    schema: { summary: 'The tool catalog, sorted by name', tags: ['tools'], querystring: CatalogQuery, response: { 200: Type.Object({ tools: Type.Array(JsonObject) }), ...problems(400, 401) } },
+  }, async (request) => {
+    // An empty `allowed=` filters nothing, as if absent.
+    const allowed = (request.query.allowed ?? '').trim() === '' ? undefined : globMatcher(parseGlobList(request.query.allowed ?? ''))
+    const tools = runtime.registry.list({ scope: request.principal.scope, allowed })
+    return catalog(tools, request.query.format ?? 'native')
+  })
+
+  app.get<{ Params: Static<typeof NameParams> }>('/v1/tools/:name', {
+    schema: { summary: 'One tool', tags: ['tools'], params: NameParams, response: { 200: ToolEntry, ...problems(401, 404) } },
+  }, async (request) => {
+    const tool = runtime.registry.get(request.params.name)
+    // Out of scope looks exactly like absent: a token must not learn what it cannot use.
+    if (!tool || !request.principal.scope(tool.name)) throw new ToolError('NotFound', `no tool named ${JSON.stringify(request.params.name)}`)
+    request.toolName = tool.name
+    return catalogEntry(tool, 'native')
+  })
+
+  app.post<{ Params: Static<typeof NameParams>, Body: Static<typeof ExecuteBody> }>('/v1/tools/:name/execute', {
+    schema: {
+      summary: 'Run one tool call',
+      tags: ['tools'],
+      params: NameParams,
+      body: ExecuteBody,
+      response: { 200: ExecuteReply, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
+    },
+  }, async (request, reply) => {
+    const caller = callerOf(request, reply)
+    const workspace = new WorkspaceScope(runtime.workspaces, caller.tenant, request.body.workspace)
+    const call = { name: request.params.name, arguments: request.body.arguments, maxResultBytes: request.body.max_result_bytes }
+    let outcome
+    try {
+      outcome = await execute(runtime, call, caller, workspace)
+    } finally {
+      // Before the answer goes out: a client that reads it and looks again finds the workspace gone.
+      await workspace.close()
+    }
+    request.toolName = outcome.tool
+    if (!outcome.ok) return sendProblem(request, reply, outcome.error)
+    return { tool: outcome.tool, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs, workspace: outcome.workspace }
+  })
+}

@@ -1,0 +1,94 @@
+/**
+ * A workspace's archive: upload (PUT, a .tar.gz taken as a stream) and
+ * download (GET). Registered as its own encapsulated plugin, so the stream
+ * parser of the archive content types applies to these routes only.
+ */
+import { Readable } from 'node:stream'
+import { type Static, Type } from '@sinclair/typebox'
+import type { FastifyInstance } from 'fastify'
+import type { Logger } from 'pino'
+import { extractArchive } from '../../workspaces/archive-extract.ts'
+import { packWorkspace } from '../../workspaces/archive-pack.ts'
+import type { Release } from '../../execution/limiter.ts'
+import { workspaceQuota } from '../../workspaces/quotas.ts'
+import type { Runtime } from '../../runtime.ts'
+import { ToolError } from '../../errors.ts'
+import { callerOf } from '../caller.ts'
+import { problems } from '../schemas.ts'
+import { ensureMayChangeFiles, IdParams } from '../workspace-access.ts'
+
+export const ARCHIVE_CONTENT_TYPES = ['application/gzip', 'application/x-gzip', 'application/x-tar', 'application/octet-stream']
+
+const ExtractReply = Type.Object({
+  id: Type.String(),
+  files: Type.Integer(),
+  directories: Type.Integer(),
+  symlinks: Type.Integer(),
+  skipped: Type.Array(Type.Object({ path: Type.String(), reason: Type.String() })),
+})
+
+export function archiveRoutes (app: FastifyInstance, runtime: Runtime): void {
+  const store = runtime.workspaces
+  // The body is read as the extraction goes, never buffered (extractArchive counts and bounds it).
+  app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, (_request, payload, done) => { done(null, payload) })
+
+  app.put<{ Params: Static<typeof IdParams>, Body: unknown }>('/v1/workspaces/:id/archive', {
+    schema: {
+      summary: 'Upload a .tar.gz into the workspace (created on first use); hostile entries are skipped and listed',
+      tags: ['workspaces'],
+      params: IdParams,
+      response: { 200: ExtractReply, ...problems(400, 401, 403, 404, 413, 503) },
+    },
+  }, async (request, reply) => {
+    try {
+      ensureMayChangeFiles(request.principal)
+      const body = request.body
+      if (!(body instanceof Readable)) throw new ToolError('BadRequest', 'send the .tar.gz as application/gzip')
+      const maxBodyBytes = runtime.config.server.body_limit_bytes
+      if (Number(request.headers['content-length']) > maxBodyBytes) throw new ToolError('PayloadTooLarge', `the body is larger than ${maxBodyBytes} bytes`)
+      const { signal } = callerOf(request, reply)
+      const release = await serviceSlot(runtime, signal)
+      try {
+        const { tenant } = request.principal
+        const existed = await store.find(tenant, request.params.id).then(() => true, () => false)
+        const lease = await store.acquire(tenant, request.params.id)
+        try {
+          const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes, maxBodyBytes }
+          const quota = workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes)
+          return { id: request.params.id, ...await extractArchive(body, lease.dir, limits, quota, signal) }
+        } catch (error) {
+          // A refused upload leaves nothing behind, not even the workspace it would have created.
+          await lease.release()
+          if (!existed) await store.delete(tenant, request.params.id).catch(() => {})
+          throw error
+        } finally {
+          await lease.release()
+        }
+      } finally {
+        release()
+      }
+    } catch (error) {
+      // Refused before the whole body was read: close the connection after the answer rather than wait for the rest.
+      if (!request.raw.complete) reply.header('connection', 'close')
+      throw error
+    }
+  })
+
+  app.get<{ Params: Static<typeof IdParams> }>('/v1/workspaces/:id/archive', {
+    schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 404) },
+  }, async (request, reply) => {
+    const record = await store.find(request.principal.tenant, request.params.id)
+    const filename = `${record.id.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 100)}.tar.gz`
+    return reply.type('application/gzip').header('content-disposition', `attachment; filename="${filename}"`).send(packWorkspace(record.dir, request.log as Logger))
+  })
+}
+
+/** An upload holds a slot of the service's limiter, as a tool call does; refused ones count in the same metric. */
+async function serviceSlot (runtime: Runtime, signal: AbortSignal): Promise<Release> {
+  try {
+    return await runtime.limiter.acquire(signal)
+  } catch (error) {
+    if (error instanceof ToolError && error.code === 'Overloaded') runtime.metrics.rejections.inc({ limiter: runtime.limiter.options.name })
+    throw error
+  }
+}

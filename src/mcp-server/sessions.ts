@@ -1,0 +1,153 @@
+/**
+ * Toolport as an MCP server: each MCP session is an SDK server over a
+ * Streamable HTTP transport, bound to the principal that opened it and to
+ * one workspace that all its calls share and that goes when the session
+ * ends (DELETE, idle expiry, the tenant's session limit, shutdown).
+ */
+import { randomUUID } from 'node:crypto'
+import { Server } from '@modelcontextprotocol/sdk/server/index.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js'
+import type { Logger } from 'pino'
+import { execute } from '../execution/execute.ts'
+import type { NameMatcher } from '../execution/globs.ts'
+import type { Runtime } from '../runtime.ts'
+import { WorkspaceScope } from '../workspaces/scope.ts'
+import { catalogEntry } from '../formats/catalog.ts'
+import { toCallToolResult } from '../formats/mcp-result.ts'
+import { VERSION } from '../version.ts'
+import type { Principal } from '../http/plugins/auth.ts'
+import { answerInvalidParams } from './params.ts'
+import { requestIdOf } from '../http/plugins/request-id.ts'
+
+export interface McpSession {
+  id: string
+  principal: Principal
+  transport: StreamableHTTPServerTransport
+  lastActive: number
+}
+
+/** Idle sessions are looked for four times per idle time (and at least once a minute), so one ends at most a quarter of it late. */
+const SWEEPS_PER_IDLE_TIME = 4
+const MAX_SWEEP_INTERVAL_MS = 60_000
+
+export class McpSessions {
+  readonly #runtime: Runtime
+  readonly #log: Logger
+  /** Each tenant's sessions, least recently used first: a use moves a session to the end. */
+  readonly #byTenant = new Map<string, Map<string, McpSession>>()
+  readonly #maxPerTenant: number
+  readonly #idleMs: number
+  readonly #sweeper: NodeJS.Timeout
+
+  constructor (runtime: Runtime, log: Logger) {
+    this.#runtime = runtime
+    this.#log = log
+    this.#maxPerTenant = runtime.config.server.max_mcp_sessions
+    this.#idleMs = runtime.config.server.mcp_session_idle_seconds * 1000
+    this.#sweeper = setInterval(() => { this.#endIdle() }, Math.min(this.#idleMs / SWEEPS_PER_IDLE_TIME, MAX_SWEEP_INTERVAL_MS))
+    this.#sweeper.unref()
+  }
+
+  /** The live session with this id, if it belongs to the same principal; finding it counts as a use. */
+  find (id: string, principal: Principal): McpSession | undefined {
+    const session = this.#byTenant.get(principal.tenant)?.get(id)
+    if (!session || session.principal.allowedTools !== principal.allowedTools) return undefined
+    this.touch(session)
+    return session
+  }
+
+  /** Marks a use of a live session (a request to it began or ended). */
+  touch (session: McpSession): void {
+    const sessions = this.#byTenant.get(session.principal.tenant)
+    if (!sessions?.delete(session.id)) return
+    session.lastActive = Date.now()
+    sessions.set(session.id, session)
+  }
+
+  /**
+   * A new session (its id is assigned when the initialize request is
+   * handled); `allowed` filters its catalog as REST's `allowed` does.
+   * The caller closes the transport if its initialize request does not complete.
+   */
+  async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
+    const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant)
+    const server = this.#server(principal, workspace, allowed)
+    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      onsessioninitialized: (id) => {
+        this.#admit({ id, principal, transport, lastActive: Date.now() })
+      },
+    })
+    transport.onclose = () => {
+      if (transport.sessionId) this.#forget(principal.tenant, transport.sessionId)
+      void workspace.close()
+      void server.close().catch(() => {})
+    }
+    await server.connect(transport)
+    answerInvalidParams(transport)
+    return transport
+  }
+
+  /** Ends every session (shutdown). */
+  async closeAll (): Promise<void> {
+    clearInterval(this.#sweeper)
+    const all = [...this.#byTenant.values()].flatMap((sessions) => [...sessions.values()])
+    await Promise.allSettled(all.map((session) => session.transport.close()))
+  }
+
+  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined): Server {
+    const server = new Server({ name: 'toolport', version: VERSION }, { capabilities: { tools: { listChanged: false } } })
+    server.setRequestHandler(ListToolsRequestSchema, async () => ({
+      tools: this.#runtime.registry.list({ scope: principal.scope, allowed }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
+    }))
+    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+      const caller = {
+        tenant: principal.tenant,
+        scope: principal.scope,
+        // A client's JSON-RPC id goes into logs and problems: only a sane one is kept as it is.
+        requestId: requestIdOf(String(extra.requestId)),
+        log: this.#log,
+        signal: extra.signal,
+      }
+      const outcome = await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace)
+      return toCallToolResult(outcome)
+    })
+    return server
+  }
+
+  /** Registers a new session; past the tenant's limit, its least recently used session ends. */
+  #admit (session: McpSession): void {
+    const { tenant } = session.principal
+    const sessions = this.#byTenant.get(tenant) ?? new Map<string, McpSession>()
+    this.#byTenant.set(tenant, sessions)
+    sessions.set(session.id, session)
+    for (const oldest of sessions.values()) {
+      if (sessions.size <= this.#maxPerTenant) break
+      this.#end(oldest, 'the tenant opened more MCP sessions than server.max_mcp_sessions')
+    }
+  }
+
+  #endIdle (): void {
+    const cutoff = Date.now() - this.#idleMs
+    for (const sessions of this.#byTenant.values()) {
+      for (const session of sessions.values()) {
+        if (session.lastActive >= cutoff) break
+        this.#end(session, 'idle for server.mcp_session_idle_seconds')
+      }
+    }
+  }
+
+  /** Ends a session as DELETE /mcp does: its transport closes and its workspace goes. */
+  #end (session: McpSession, why: string): void {
+    this.#forget(session.principal.tenant, session.id)
+    this.#log.info({ tenant: session.principal.tenant, mcp_session: session.id }, `MCP session ended: ${why}`)
+    void session.transport.close().catch(() => {})
+  }
+
+  #forget (tenant: string, id: string): void {
+    const sessions = this.#byTenant.get(tenant)
+    sessions?.delete(id)
+    if (sessions?.size === 0) this.#byTenant.delete(tenant)
+  }
+}

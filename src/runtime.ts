@@ -1,0 +1,177 @@
+/**
+ * The running service without HTTP: registry, workspaces, limiter, metrics,
+ * the process runner and the tool sources, with their start and shutdown.
+ * app.ts wraps it in routes; tests may use it directly.
+ */
+import path from 'node:path'
+import type { Logger } from 'pino'
+import type { Config } from './config.ts'
+import { createRunner } from './sandbox/index.ts'
+import type { ProcessRunner } from './sandbox/types.ts'
+import { ExecutableSource } from './sources/executables.ts'
+import { McpClientSource } from './sources/mcp-client.ts'
+import { builtinTools, messageTools } from './tools/index.ts'
+import type { ExecutionServices } from './execution/execute.ts'
+import { Limiter } from './execution/limiter.ts'
+import { createMetrics, type Metrics } from './execution/metrics.ts'
+import { isInside } from './workspace-fs/paths.ts'
+import { quotaResolver, type TenantQuota } from './workspaces/quotas.ts'
+import { ToolRegistry } from './execution/registry.ts'
+import { WorkspaceStore } from './workspaces/store.ts'
+
+export type Readiness = 'starting' | 'ready' | 'draining'
+
+/** How long start-up waits for MCP servers' first connection attempt before declaring ready. */
+const MAX_SOURCE_WAIT_MS = 15_000
+
+export interface RuntimeOptions {
+  /** Files the service reads that no sandboxed process may see (the config file, the tokens file). */
+  hidePaths?: string[]
+  defaultMetrics?: boolean
+}
+
+export class Runtime implements ExecutionServices {
+  readonly config: Config
+  readonly log: Logger
+  readonly callLog: Logger
+  readonly registry = new ToolRegistry()
+  readonly limiter: Limiter
+  readonly metrics: Metrics
+  readonly workspaces: WorkspaceStore
+  readonly maxResultBytes: number
+  readonly quotaOf: (tenant: string) => TenantQuota
+  readonly mcpServers = new Map<string, McpClientSource>()
+  readiness: Readiness = 'starting'
+  /** HTTP requests being answered (the MCP event streams excepted): a drain waits for them. */
+  activeRequests = 0
+  runner!: ProcessRunner
+  readonly #kill = new AbortController()
+  readonly #options: RuntimeOptions
+  #executables: ExecutableSource | undefined
+  #closeMessages: () => Promise<void> = async () => {}
+
+  constructor (config: Config, log: Logger, options: RuntimeOptions = {}) {
+    this.config = config
+    this.log = log
+    this.callLog = log.child({}, { redact: [] })
+    this.#options = options
+    this.maxResultBytes = config.limits.max_result_bytes
+    this.quotaOf = quotaResolver(config.workspaces)
+    this.limiter = new Limiter({
+      name: 'service',
+      maxConcurrent: config.limits.max_concurrent,
+      maxQueue: config.limits.max_queue,
+      queueTimeoutMs: config.limits.queue_timeout_ms,
+    })
+    this.metrics = createMetrics({ inFlight: () => this.limiter.inFlight, queued: () => this.limiter.queued }, { defaultMetrics: options.defaultMetrics })
+    this.workspaces = new WorkspaceStore({
+      root: config.workspaces.root,
+      ephemeralRoot: config.workspaces.ephemeral_root,
+      ttlSeconds: config.workspaces.ttl_seconds,
+      sweepIntervalSeconds: config.workspaces.sweep_interval_seconds,
+      log,
+      maxWorkspacesOf: (tenant) => this.quotaOf(tenant).maxWorkspaces,
+    })
+  }
+
+  /** Fires when running calls must stop (the drain timeout of a shutdown ran out). */
+  get killSignal (): AbortSignal {
+    return this.#kill.signal
+  }
+
+  /**
+   * Prepares everything the first request needs, then starts the tool
+   * sources. Resolves once built-ins serve; `ready` follows when every MCP
+   * server has had its first connection attempt.
+   */
+  async start (): Promise<void> {
+    await this.workspaces.init()
+    // Every workspace but a call's own is hidden from its processes.
+    const { root, ephemeralRoot } = this.workspaces
+    const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]
+    this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: workspaceRoots, secretFiles: this.#options.hidePaths ?? [] })
+    this.metrics.sandboxMode.set({ mode: this.runner.mode }, 1)
+    this.registry.setGroup('builtin', 'builtin', builtinTools(this.config, this.runner))
+    const messages = messageTools(this.config, this.log)
+    this.#closeMessages = messages.close
+    this.registry.setGroup('message', 'message', messages.tools)
+    const sources: Array<Promise<void>> = [this.#startExecutables()]
+    for (const [name, serverConfig] of Object.entries(this.config.tools.mcp_servers)) {
+      const source = new McpClientSource({
+        name,
+        config: serverConfig,
+        log: this.log.child({ mcp_server: name }),
+        onChange: (tools) => {
+          this.registry.setGroup('mcp', name, tools)
+          this.metrics.mcpServerUp.set({ server: name }, source.state === 'up' ? 1 : 0)
+        },
+      })
+      this.mcpServers.set(name, source)
+      sources.push(source.start().then(() => { this.metrics.mcpServerUp.set({ server: name }, source.state === 'up' ? 1 : 0) }))
+    }
+    const settled = Promise.allSettled(sources)
+    const timeout = new Promise((resolve) => setTimeout(resolve, MAX_SOURCE_WAIT_MS).unref())
+    void Promise.race([settled, timeout]).then(() => {
+      if (this.readiness === 'starting') this.readiness = 'ready'
+    })
+  }
+
+  /** Resolves when start-up is complete (tests; the server does not wait). */
+  async whenReady (timeoutMs = MAX_SOURCE_WAIT_MS + 1000): Promise<void> {
+    const deadline = Date.now() + timeoutMs
+    while (this.readiness === 'starting' && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+
+  /** The states of the MCP servers, for /readyz. */
+  mcpStates (): Record<string, string> {
+    return Object.fromEntries([...this.mcpServers].map(([name, source]) => [name, source.state]))
+  }
+
+  /** Stops taking calls: readiness turns 503 and new calls are refused as Overloaded. */
+  beginDrain (): void {
+    this.readiness = 'draining'
+    this.limiter.close()
+  }
+
+  /**
+   * Graceful stop, part one: refuse new calls and wait (at most `timeoutMs`)
+   * for the running ones to finish. `close` then cancels whatever is left.
+   */
+  async drain (timeoutMs: number): Promise<void> {
+    this.beginDrain()
+    const deadline = Date.now() + timeoutMs
+    while ((this.limiter.inFlight > 0 || this.activeRequests > 0) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+
+  /**
+   * Cancels the running calls (their processes are killed): each still answers
+   * (with an error) and removes its workspace, which a later `drain` waits for.
+   */
+  cancelRunning (): void {
+    this.beginDrain()
+    this.#kill.abort()
+  }
+
+  /** Ends everything: running calls are cancelled (their processes killed), sources closed. */
+  async close (): Promise<void> {
+    this.cancelRunning()
+    this.#executables?.close()
+    await Promise.allSettled([...this.mcpServers.values()].map((source) => source.close()))
+    await this.#closeMessages()
+    this.workspaces.close()
+  }
+
+  async #startExecutables (): Promise<void> {
+    if (this.config.tools.dirs.length === 0) return
+    this.#executables = new ExecutableSource({
+      // Absolute, so that the sandbox can bind them (a config file's relative dirs are resolved at load).
+      dirs: this.config.tools.dirs.map((dir) => path.resolve(dir)),
+      stub: this.config.tools.stub,
+      timeoutSeconds: this.config.tools.executable_timeout_seconds,
+      runner: this.runner,
+      log: this.log.child({ source: 'executables' }),
+      onChange: (tools) => this.registry.setGroup('executable', 'dirs', tools),
+    })
+    await this.#executables.start()
+  }
+}

@@ -1,0 +1,47 @@
+/**
+ * The edit procedure every editing tool shares (edit_file, omega's edit): the
+ * file is read whole, changed by the tool's own rule, and written back
+ * atomically within the workspace's quota, alone among this instance's edits
+ * of that file, so two edits never lose one another's change.
+ */
+import { ToolError } from '../errors.ts'
+import { runExclusively } from './keyed-mutex.ts'
+import { existingPath, openContained, readPrefix } from './read.ts'
+import { type RoomCheck, writeContained } from './write.ts'
+
+/** Files larger than this are not loaded for an edit. */
+export const MAX_EDIT_BYTES = 16 * 1024 * 1024
+
+/** Non-overlapping occurrences of `needle` (not empty) in `text`. */
+export function countOccurrences (text: string, needle: string): number {
+  let count = 0
+  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + needle.length)) count++
+  return count
+}
+
+/** `text` with the first occurrence of `needle` replaced (`needle` must occur). */
+export function replaceFirst (text: string, needle: string, replacement: string): string {
+  const at = text.indexOf(needle)
+  return text.slice(0, at) + replacement + text.slice(at + needle.length)
+}
+
+/**
+ * Applies `edit` to the text of the workspace file `userPath` and writes the
+ * new text back; `edit` throws to refuse, and the file stays as it was.
+ */
+export async function editFile<T> (workspaceDir: string, userPath: string, quota: RoomCheck | undefined, edit: (text: string) => { text: string, result: T }): Promise<T> {
+  const absolute = await existingPath(workspaceDir, userPath)
+  return runExclusively(absolute, async () => {
+    const { handle, stat } = await openContained(workspaceDir, absolute, userPath)
+    let text: string
+    try {
+      if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${userPath} is larger than ${MAX_EDIT_BYTES} bytes; edit it with exec_shell instead`)
+      text = (await readPrefix(handle, stat.size)).toString('utf8')
+    } finally {
+      await handle.close()
+    }
+    const edited = edit(text)
+    await writeContained(workspaceDir, absolute, userPath, edited.text, { quota })
+    return edited.result
+  })
+}

@@ -1,0 +1,217 @@
+/**
+ * Workspace archives in. An upload is inflated as a stream (zlib, off the
+ * event loop, one chunk at a time) and counted as it goes, so a gzip bomb
+ * stops at the byte limit having held a few chunks, never the whole of it.
+ * It is extracted safely: into a staging directory first (so a broken
+ * archive changes nothing), keeping only plain files, directories and
+ * symlinks that stay inside; then every entry is moved into the workspace
+ * through the path-containment check, so neither the archive nor links
+ * already in the workspace can lead a write outside.
+ * Archives out (downloads) are archive-pack.ts.
+ */
+import { randomUUID } from 'node:crypto'
+import { lstat, mkdir, readdir, readlink, rename, rm, symlink } from 'node:fs/promises'
+import path from 'node:path'
+import { type Readable, Transform } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { createGunzip } from 'node:zlib'
+import * as tar from 'tar'
+import { ToolError } from '../errors.ts'
+import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
+import { directorySize } from './directory-size.ts'
+import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
+import { removeTree } from './remove-tree.ts'
+import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
+
+export interface ArchiveLimits {
+  maxEntries: number
+  /** Bytes of the inflated tar stream (headers included), and of the files it holds. */
+  maxBytes: number
+  /** Bytes of the body as sent (compressed). */
+  maxBodyBytes: number
+}
+
+export interface ExtractReport {
+  files: number
+  directories: number
+  symlinks: number
+  skipped: Array<{ path: string, reason: string }>
+}
+
+const KEPT_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'SymbolicLink'])
+
+/** Why an entry is refused, or null when it may be extracted. */
+function refusal (entry: tar.ReadEntry | tar.Header, stagingDir: string): string | null {
+  const name = entry.path ?? ''
+  if (!KEPT_TYPES.has(String(entry.type))) return `entry type ${String(entry.type)} is not allowed (only files, directories and symlinks)`
+  if (name.startsWith('/') || /^[A-Za-z]:/.test(name)) return 'absolute path'
+  if (name.split(/[\\/]/).includes('..')) return 'path contains ".."'
+  if (entry.type === 'SymbolicLink') {
+    const target = entry.linkpath ?? ''
+    if (path.isAbsolute(target)) return 'symlink to an absolute path'
+    if (!isInside(stagingDir, path.resolve(stagingDir, path.dirname(name), target))) return 'symlink leaving the workspace'
+  }
+  return null
+}
+
+/**
+ * Extracts the .tar.gz streamed in `body` into `workspaceDir` (canonical).
+ * The workspace's byte quota is asked for the whole unpacked size before
+ * anything moves in (files the archive replaces are not credited: a
+ * conservative check). `body` is read, never destroyed: after a refusal the
+ * caller still answers on its connection.
+ */
+export async function extractArchive (body: Readable, workspaceDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
+  const staging = path.join(path.dirname(workspaceDir), `.staging-${randomUUID()}`)
+  await mkdir(staging)
+  const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [] }
+  try {
+    await unpackInto(body, staging, limits, report, signal)
+    await quota.ensureRoom((await directorySize(staging)).bytes)
+    await moveInto(staging, workspaceDir, '', report)
+    return report
+  } finally {
+    await discard(staging)
+  }
+}
+
+/**
+ * Removes the staging directory. After a failure node-tar can still have
+ * writes under way in it; renamed first, it is out of their paths' reach,
+ * so they fail instead of adding entries while it is removed.
+ */
+async function discard (staging: string): Promise<void> {
+  const discarded = `${staging}-discarded`
+  await rename(staging, discarded)
+  await removeTree(discarded)
+}
+
+async function unpackInto (body: Readable, staging: string, limits: ArchiveLimits, report: ExtractReport, signal?: AbortSignal): Promise<void> {
+  let entries = 0
+  let bytes = 0
+  let limitError: ToolError | undefined
+  const extractor = tar.x({
+    cwd: staging,
+    strict: true,
+    preserveOwner: false,
+    noChmod: true,
+    filter: (entryPath, stat) => {
+      const entry = stat as tar.ReadEntry
+      const why = refusal(entry, staging)
+      if (why) {
+        if (report.skipped.length < 100) report.skipped.push({ path: entryPath, reason: why })
+        return false
+      }
+      // No setuid, setgid or sticky bits: a workspace file must never become a privileged program.
+      if (typeof entry.mode === 'number') entry.mode &= 0o777
+      entries++
+      bytes += Number(entry.size ?? 0)
+      if (entries > limits.maxEntries) limitError ??= new ToolError('PayloadTooLarge', `the archive has more than ${limits.maxEntries} entries`)
+      // The size a header announces counts before its bytes arrive: a bomb's file is refused at its header.
+      if (bytes > limits.maxBytes) limitError ??= unpacksTooLarge(limits.maxBytes)
+      if (limitError) extractor.abort(limitError)
+      return limitError === undefined
+    },
+  })
+  // Its errors reach us through the pipeline; one from a write still under way after a failure must not go uncaught.
+  extractor.on('error', () => {})
+  const compressed = countedBytes(limits.maxBodyBytes, () => new ToolError('PayloadTooLarge', `the body is larger than ${limits.maxBodyBytes} bytes`))
+  // Piped, not part of the pipeline: a failed pipeline destroys its streams, and destroying a request closes its socket.
+  const forwardError = (error: Error): void => { compressed.destroy(error) }
+  body.on('error', forwardError)
+  body.pipe(compressed)
+  try {
+    const inflated = countedBytes(limits.maxBytes, () => unpacksTooLarge(limits.maxBytes))
+    await pipeline(compressed, createGunzip(), inflated, compressedOnce(), extractor, signal ? { signal } : {})
+  } catch (error) {
+    throw limitError ?? (error instanceof ToolError ? error : unreadable(error as NodeJS.ErrnoException, staging))
+  } finally {
+    body.unpipe(compressed)
+    body.off('error', forwardError)
+  }
+  if (limitError) throw limitError
+}
+
+const unpacksTooLarge = (maxBytes: number): ToolError => new ToolError('PayloadTooLarge', `the archive unpacks to more than ${maxBytes} bytes`)
+
+/** A pass-through that fails with `tooLarge()` once more than `maxBytes` have gone through it. */
+function countedBytes (maxBytes: number, tooLarge: () => ToolError): Transform {
+  let total = 0
+  return new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      total += chunk.length
+      callback(total > maxBytes ? tooLarge() : null, chunk)
+    },
+  })
+}
+
+/**
+ * Refuses a tar stream that is compressed again: node-tar would inflate an
+ * inner gzip or zstd layer itself, uncounted and in one synchronous step per chunk.
+ */
+function compressedOnce (): Transform {
+  let head: Buffer | undefined = Buffer.alloc(0)
+  return new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      if (head === undefined) return callback(null, chunk)
+      head = Buffer.concat([head, chunk])
+      if (head.length < MAGIC_BYTES) return callback()
+      const first = head
+      head = undefined
+      callback(isCompressed(first) ? new ToolError('BadRequest', 'the archive is compressed more than once; send a tar compressed once with gzip') : null, first)
+    },
+    flush (callback) { callback(null, head) },
+  })
+}
+
+const MAGIC_BYTES = 4
+const GZIP_MAGIC = Buffer.from([0x1f, 0x8b])
+const ZSTD_MAGIC = Buffer.from([0x28, 0xb5, 0x2f, 0xfd])
+const isCompressed = (head: Buffer): boolean => head.subarray(0, 2).equals(GZIP_MAGIC) || head.subarray(0, 4).equals(ZSTD_MAGIC)
+
+/** A reading failure as the client's problem, without the server's paths. */
+function unreadable (error: NodeJS.ErrnoException, staging: string): ToolError {
+  if (error.code?.startsWith('Z_')) return new ToolError('BadRequest', `the body is not a gzip-compressed tar archive (${error.message})`)
+  const message = (error.message.split('\n')[0] ?? '').replaceAll(`${staging}/`, '').replaceAll(staging, '.')
+  return new ToolError('BadRequest', `the archive cannot be read: ${message.replace(/(^|[\s'"(])\/[^\s'"]*/g, '$1…')}`)
+}
+
+/**
+ * Moves the staged tree into the workspace, entry by entry, each through
+ * path containment and then through a descriptor-held directory, so neither
+ * a link already in the workspace nor one swapped in meanwhile can redirect it.
+ */
+async function moveInto (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport): Promise<void> {
+  for (const name of await readdir(path.join(fromDir, relative))) {
+    const rel = relative === '' ? name : `${relative}/${name}`
+    const source = path.join(fromDir, rel)
+    const info = await lstat(source)
+    let target
+    try {
+      target = await resolveInWorkspace(workspaceDir, rel)
+    } catch (error) {
+      if (!(error instanceof ToolError)) throw error
+      report.skipped.push({ path: rel, reason: 'would leave the workspace through an existing link' })
+      continue
+    }
+    const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target.absolute)
+    const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
+    try {
+      const existing = await lstat(dir.at(base)).catch(() => null)
+      if (info.isDirectory()) {
+        if (existing && !existing.isDirectory()) await rm(dir.at(base), { force: true })
+        if (!existing?.isDirectory()) await mkdir(dir.at(base))
+        report.directories++
+      } else {
+        if (existing) await removeTree(dir.at(base))
+        if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
+        else await rename(source, dir.at(base))
+        if (info.isSymbolicLink()) report.symlinks++
+        else report.files++
+      }
+    } finally {
+      await dir.close()
+    }
+    if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
+  }
+}

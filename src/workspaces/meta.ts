@@ -1,0 +1,130 @@
+/**
+ * The on-disk record of persistent workspaces, the source of truth that
+ * several instances sharing one workspace root (a ReadWriteMany volume)
+ * agree on:
+ *
+ *   <root>/tenants/<tenant>/ws/<id>/        the workspace
+ *   <root>/tenants/<tenant>/meta/<id>.json  {tenant, id, createdAt, expiresAt, ttlSeconds}
+ *   <root>/trash/<uuid>/                    a deleted workspace, until its files are gone (workspace-trash.ts)
+ *
+ * A metadata file is claimed with an exclusive create, so two instances
+ * creating the same id cannot both win; renewals replace it atomically.
+ */
+import { randomUUID } from 'node:crypto'
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { directoryNameOf } from './ids.ts'
+import { moveToTrash } from './trash.ts'
+
+export interface WorkspaceMeta {
+  tenant: string
+  id: string
+  createdAt: number
+  expiresAt: number
+  ttlSeconds: number
+}
+
+/** Where the workspaces and their metadata live under one root. */
+export class WorkspaceLayout {
+  readonly root: string
+
+  constructor (root: string) {
+    this.root = root
+  }
+
+  workspaceDir (tenant: string, id: string): string {
+    return path.join(this.#tenantDir(tenant), 'ws', directoryNameOf(id))
+  }
+
+  /** Where deleted workspaces wait for their files to be removed. */
+  get trashDir (): string {
+    return path.join(this.root, 'trash')
+  }
+
+  metaFile (tenant: string, id: string): string {
+    return path.join(this.#metaDir(tenant), `${directoryNameOf(id)}.json`)
+  }
+
+  /** Claims an id: false when its metadata exists already (made here or by another instance). */
+  async claim (meta: WorkspaceMeta): Promise<boolean> {
+    const file = this.metaFile(meta.tenant, meta.id)
+    await mkdir(path.dirname(file), { recursive: true })
+    try {
+      await writeFile(file, JSON.stringify(meta), { flag: 'wx' })
+      return true
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
+      throw error
+    }
+  }
+
+  /** Replaces the metadata atomically (readers never see half a file). */
+  async save (meta: WorkspaceMeta): Promise<void> {
+    const file = this.metaFile(meta.tenant, meta.id)
+    const temp = `${file}.${randomUUID()}.tmp`
+    await writeFile(temp, JSON.stringify(meta))
+    await rename(temp, file)
+  }
+
+  /** The metadata of one workspace, or null when there is none (or it cannot be read). */
+  async read (tenant: string, id: string): Promise<WorkspaceMeta | null> {
+    return parseMeta(await readFile(this.metaFile(tenant, id), 'utf8').catch(() => null))
+  }
+
+  /** Removes only the metadata (a renewal written after its workspace was deleted). */
+  async removeMeta (tenant: string, id: string): Promise<void> {
+    await rm(this.metaFile(tenant, id), { force: true })
+  }
+
+  /**
+   * Removes a workspace: its directory goes to the trash first, in one
+   * rename (an instance that still finds the metadata then sees a workspace
+   * without its directory, which is gone; and a creation of the id starts
+   * empty), then the metadata. The files are removed from the trash later.
+   */
+  async remove (tenant: string, id: string): Promise<void> {
+    await moveToTrash(this.workspaceDir(tenant, id), this.trashDir)
+    await rm(this.metaFile(tenant, id), { force: true })
+  }
+
+  /** How many workspaces a tenant has on disk. */
+  async count (tenant: string): Promise<number> {
+    const files = await readdir(this.#metaDir(tenant)).catch(() => [] as string[])
+    return files.filter((file) => file.endsWith('.json')).length
+  }
+
+  /** Every readable metadata record under the root. */
+  async all (): Promise<WorkspaceMeta[]> {
+    const tenantsDir = path.join(this.root, 'tenants')
+    const out: WorkspaceMeta[] = []
+    for (const tenantName of await readdir(tenantsDir).catch(() => [] as string[])) {
+      const metaDir = path.join(tenantsDir, tenantName, 'meta')
+      for (const file of await readdir(metaDir).catch(() => [] as string[])) {
+        if (!file.endsWith('.json')) continue
+        const meta = parseMeta(await readFile(path.join(metaDir, file), 'utf8').catch(() => null))
+        if (meta) out.push(meta)
+      }
+    }
+    return out
+  }
+
+  #tenantDir (tenant: string): string {
+    return path.join(this.root, 'tenants', directoryNameOf(tenant))
+  }
+
+  #metaDir (tenant: string): string {
+    return path.join(this.#tenantDir(tenant), 'meta')
+  }
+}
+
+function parseMeta (text: string | null): WorkspaceMeta | null {
+  if (text === null) return null
+  try {
+    const meta = JSON.parse(text) as WorkspaceMeta
+    const valid = typeof meta.tenant === 'string' && typeof meta.id === 'string' &&
+      Number.isFinite(meta.createdAt) && Number.isFinite(meta.expiresAt) && Number.isFinite(meta.ttlSeconds)
+    return valid ? meta : null
+  } catch {
+    return null
+  }
+}

@@ -1,0 +1,358 @@
+/**
+ * Workspaces: the directories tool calls run in.
+ *
+ * - Persistent workspaces belong to a tenant, have an id and a TTL (renewed
+ *   on every use), and live under `<root>/tenants/<tenant>/ws/<id>`, with
+ *   their metadata beside them in `.../meta/<id>.json`, out of the tools'
+ *   reach. A background sweeper removes expired ones that no call is using.
+ * - Ephemeral workspaces (a call or batch without `workspace`) live under
+ *   the ephemeral root (`<root>/ephemeral` unless configured) and are
+ *   removed when their lease is released.
+ *
+ * The metadata on disk is the truth; the map here is a cache of it. So
+ * several instances can share one root (a ReadWriteMany volume): a
+ * workspace made by one is found by the others, a deletion is noticed
+ * within `recheckMs`, and the sweeper looks at the disk before it removes
+ * anything another instance may have renewed. Each instance needs its own
+ * ephemeral root (it is emptied at start).
+ *
+ * A deleted workspace goes to the trash at once (workspace-trash.ts): its id
+ * is free, and its files are removed off the request path; what is left
+ * there is removed again at start and on every sweep, as are ephemeral
+ * workspaces whose removal failed.
+ */
+import { randomUUID } from 'node:crypto'
+import { mkdir, realpath, stat } from 'node:fs/promises'
+import path from 'node:path'
+import type { Logger } from 'pino'
+import { ToolError } from '../errors.ts'
+import { directorySize } from './directory-size.ts'
+import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
+import { validateWorkspaceId } from './ids.ts'
+import { WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
+import { WorkspaceTrash } from './trash.ts'
+
+export type { WorkspaceLease } from './ephemeral.ts'
+
+export interface WorkspaceRecord extends WorkspaceMeta {
+  dir: string
+}
+
+export interface WorkspaceInfo {
+  id: string
+  created_at: string
+  expires_at: string
+  files: number
+  bytes: number
+}
+
+export interface WorkspaceStoreOptions {
+  root: string
+  /** Where ephemeral workspaces go; private to this instance (emptied at start). */
+  ephemeralRoot?: string
+  ttlSeconds: number
+  sweepIntervalSeconds: number
+  log: Logger
+  /** How many persistent workspaces a tenant may hold (unlimited when absent). */
+  maxWorkspacesOf?: (tenant: string) => number
+  /** How long a cached workspace is trusted before its metadata is read again (another instance may have deleted it). */
+  recheckMs?: number
+}
+
+interface Entry extends WorkspaceRecord {
+  users: number
+  savedExpiresAt: number
+  checkedAt: number
+  /** Settles when the directory and its metadata exist: calls that arrive meanwhile wait for it. */
+  ready: Promise<void>
+  /** `ready` has resolved: a call need not wait for it (a promise turn per call is not free). */
+  made: boolean
+}
+
+const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
+const DEFAULT_RECHECK_MS = 1000
+
+/** Thrown inside a creation when another instance claimed the id first. */
+class ClaimedElsewhere extends Error {}
+
+export class WorkspaceStore {
+  readonly #options: WorkspaceStoreOptions
+  readonly #entries = new Map<string, Entry>()
+  #layout = new WorkspaceLayout('')
+  readonly #ephemeral: EphemeralWorkspaces
+  #trash: WorkspaceTrash | undefined
+  #sweeper: NodeJS.Timeout | undefined
+
+  constructor (options: WorkspaceStoreOptions) {
+    this.#options = options
+    this.#ephemeral = new EphemeralWorkspaces(options.log)
+  }
+
+  /** The canonical root directory (after `init`). */
+  get root (): string {
+    return this.#layout.root
+  }
+
+  /** The canonical ephemeral root (after `init`). */
+  get ephemeralRoot (): string {
+    return this.#ephemeral.root
+  }
+
+  /** Creates the roots, forgets stale ephemeral dirs, loads persistent workspaces, empties the trash, starts the sweeper. */
+  async init (): Promise<void> {
+    await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
+    this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
+    this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
+    await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
+    await this.#adoptAll()
+    // Deletions a crash or restart interrupted; may take long, so not before the service answers.
+    void this.#trash.empty()
+    this.#sweeper = setInterval(() => { void this.sweep() }, this.#options.sweepIntervalSeconds * 1000)
+    this.#sweeper.unref()
+  }
+
+  /** Stops the sweeper. Persistent workspaces stay on disk for the next start. */
+  close (): void {
+    clearInterval(this.#sweeper)
+  }
+
+  /** Creates a persistent workspace; Conflict when the id exists for this tenant (here or on disk). */
+  async create (tenant: string, request: { id?: string, ttlSeconds?: number } = {}): Promise<WorkspaceRecord> {
+    const id = request.id ?? randomUUID()
+    validateWorkspaceId(id)
+    const conflict = () => new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
+    if (this.#entries.has(keyOf(tenant, id))) throw conflict()
+    const entry = this.#materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
+    try {
+      await entry.ready
+    } catch (error) {
+      throw error instanceof ClaimedElsewhere ? conflict() : error
+    }
+    return entry
+  }
+
+  /** The cached record of a workspace; NotFound when this instance does not know it. Prefer `find`. */
+  get (tenant: string, id: string): WorkspaceRecord {
+    validateWorkspaceId(id)
+    const entry = this.#entries.get(keyOf(tenant, id))
+    if (!entry) throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
+    return entry
+  }
+
+  /** A workspace of `tenant`, from the cache or from disk; NotFound when absent (or another tenant's). */
+  async find (tenant: string, id: string): Promise<WorkspaceRecord> {
+    validateWorkspaceId(id)
+    const key = keyOf(tenant, id)
+    const cached = this.#entries.get(key)
+    if (cached) {
+      // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
+      const made = cached.made || await cached.ready.then(() => true, () => false)
+      const fresh = Date.now() - cached.checkedAt < (this.#options.recheckMs ?? DEFAULT_RECHECK_MS)
+      if (made && fresh && cached.expiresAt > Date.now()) return cached
+    }
+    const meta = await this.#layout.read(tenant, id)
+    // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
+    if (meta && !await exists(this.#layout.workspaceDir(tenant, id))) await this.#remove(tenant, id)
+    else if (meta) return this.#found(tenant, id, meta)
+    if (cached && this.#entries.get(key) === cached) this.#entries.delete(key)
+    throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
+  }
+
+  /** The entry of a workspace whose metadata (and directory) exist; NotFound when it has expired. */
+  async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<Entry> {
+    const key = keyOf(tenant, id)
+    const entry = this.#entries.get(key) ?? this.#adopt(meta)
+    entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
+    entry.checkedAt = Date.now()
+    if (entry.expiresAt <= Date.now() && entry.users === 0) {
+      // Expired is gone, whether or not the sweeper has come by yet.
+      if (this.#entries.get(key) === entry) this.#entries.delete(key)
+      await this.#remove(tenant, id)
+      throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
+    }
+    return entry
+  }
+
+  async info (tenant: string, id: string): Promise<WorkspaceInfo> {
+    const record = await this.find(tenant, id)
+    const { files, bytes } = await directorySize(record.dir)
+    return { ...describeWorkspace(record), files, bytes }
+  }
+
+  async delete (tenant: string, id: string): Promise<void> {
+    await this.find(tenant, id)
+    this.#entries.delete(keyOf(tenant, id))
+    await this.#remove(tenant, id)
+  }
+
+  /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
+  async #remove (tenant: string, id: string): Promise<void> {
+    await this.#layout.remove(tenant, id)
+    void this.#trash?.empty()
+  }
+
+  /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
+  async acquire (tenant: string, id: string): Promise<WorkspaceLease> {
+    const entry = await this.#findOrCreate(tenant, id)
+    entry.users++
+    this.#renew(entry)
+    let released = false
+    return {
+      id,
+      dir: entry.dir,
+      release: async () => {
+        if (released) return
+        released = true
+        entry.users--
+        this.#renew(entry)
+      },
+    }
+  }
+
+  /** A fresh, empty workspace that disappears on release. */
+  ephemeral (): Promise<WorkspaceLease> {
+    return this.#ephemeral.lease()
+  }
+
+  /**
+   * Removes expired workspaces that no call here holds. The disk decides:
+   * workspaces other instances made are swept too, and one another
+   * instance renewed is kept. Then finishes removals left in the trash and
+   * ephemeral workspaces left behind. Runs on a timer; callable from tests.
+   */
+  async sweep (now = Date.now()): Promise<number> {
+    await this.#adoptAll()
+    let removed = 0
+    for (const entry of [...this.#entries.values()]) {
+      if (entry.expiresAt > now || entry.users > 0) continue
+      const meta = await this.#layout.read(entry.tenant, entry.id)
+      if (meta && meta.expiresAt > now) {
+        entry.expiresAt = meta.expiresAt
+        continue
+      }
+      if (this.#entries.get(keyOf(entry.tenant, entry.id)) !== entry || entry.users > 0) continue
+      this.#entries.delete(keyOf(entry.tenant, entry.id))
+      await this.#remove(entry.tenant, entry.id).catch((error: unknown) => {
+        this.#options.log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
+      })
+      removed++
+    }
+    if (removed > 0) this.#options.log.info({ removed }, 'expired workspaces removed')
+    // Removals that failed before (or were cut short by a restart) are tried again.
+    await this.#trash?.empty()
+    await this.#ephemeral.sweep()
+    return removed
+  }
+
+  /** How many persistent workspaces `tenant` holds, as far as this instance knows. */
+  countOf (tenant: string): number {
+    let count = 0
+    for (const entry of this.#entries.values()) if (entry.tenant === tenant) count++
+    return count
+  }
+
+  async #findOrCreate (tenant: string, id: string): Promise<Entry> {
+    validateWorkspaceId(id)
+    for (;;) {
+      try {
+        return await this.find(tenant, id) as Entry
+      } catch (error) {
+        if (!(error instanceof ToolError) || error.code !== 'NotFound') throw error
+      }
+      const entry = this.#entries.get(keyOf(tenant, id)) ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
+      try {
+        await entry.ready
+        return entry
+      } catch (error) {
+        // Another instance made it meanwhile: use theirs.
+        if (!(error instanceof ClaimedElsewhere)) throw error
+      }
+    }
+  }
+
+  /**
+   * Registers a new workspace at once (so that concurrent creations here make
+   * it once, and count against the quota at once), then makes its directory
+   * and claims its id on disk; `entry.ready` settles when both exist.
+   */
+  #materialise (tenant: string, id: string, ttlSeconds: number): Entry {
+    const limit = this.#options.maxWorkspacesOf?.(tenant) ?? Infinity
+    if (this.countOf(tenant) >= limit) throw quotaError(limit)
+    const now = Date.now()
+    const entry: Entry = {
+      tenant,
+      id,
+      dir: this.#layout.workspaceDir(tenant, id),
+      createdAt: now,
+      expiresAt: now + ttlSeconds * 1000,
+      ttlSeconds,
+      users: 0,
+      savedExpiresAt: now + ttlSeconds * 1000,
+      checkedAt: now,
+      ready: Promise.resolve(),
+      made: false,
+    }
+    const key = keyOf(tenant, id)
+    this.#entries.set(key, entry)
+    entry.ready = (async () => {
+      // Other instances' workspaces count too: the disk knows them.
+      if (await this.#layout.count(tenant) >= limit) throw quotaError(limit)
+      await mkdir(entry.dir, { recursive: true })
+      if (!await this.#layout.claim(metaOf(entry))) throw new ClaimedElsewhere()
+      entry.made = true
+    })()
+    entry.ready.catch(() => {
+      if (this.#entries.get(key) === entry) this.#entries.delete(key)
+    })
+    return entry
+  }
+
+  /** A workspace known only from disk (made by another instance, or before a restart). */
+  #adopt (meta: WorkspaceMeta): Entry {
+    const entry: Entry = { ...meta, dir: this.#layout.workspaceDir(meta.tenant, meta.id), users: 0, savedExpiresAt: meta.expiresAt, checkedAt: Date.now(), ready: Promise.resolve(), made: true }
+    this.#entries.set(keyOf(meta.tenant, meta.id), entry)
+    return entry
+  }
+
+  async #adoptAll (): Promise<void> {
+    for (const meta of await this.#layout.all()) {
+      if (!this.#entries.has(keyOf(meta.tenant, meta.id))) this.#adopt(meta)
+    }
+  }
+
+  #renew (entry: Entry): void {
+    entry.expiresAt = Math.max(entry.expiresAt, Date.now() + entry.ttlSeconds * 1000)
+    // Persist at most once per tenth of the TTL: a busy workspace should not cost a write per call.
+    // A workspace deleted meanwhile (here or elsewhere) is not brought back.
+    if (entry.expiresAt - entry.savedExpiresAt <= entry.ttlSeconds * 100) return
+    const key = keyOf(entry.tenant, entry.id)
+    if (this.#entries.get(key) === entry) {
+      entry.savedExpiresAt = entry.expiresAt
+      void this.#layout.save(metaOf(entry)).then(async () => {
+        // Deleted while the write was under way: the write must not bring it back.
+        if (this.#entries.get(key) === undefined) await this.#layout.removeMeta(entry.tenant, entry.id)
+      }).catch((error: unknown) => this.#options.log.warn({ err: error }, 'could not save workspace metadata'))
+    }
+  }
+}
+
+async function exists (dir: string): Promise<boolean> {
+  return stat(dir).then(() => true, () => false)
+}
+
+function metaOf ({ tenant, id, createdAt, expiresAt, ttlSeconds }: Entry): WorkspaceMeta {
+  return { tenant, id, createdAt, expiresAt, ttlSeconds }
+}
+
+function quotaError (limit: number): ToolError {
+  return new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
+}
+
+/** The API shape of a record (creation answer). */
+export function describeWorkspace (record: WorkspaceRecord): Omit<WorkspaceInfo, 'files' | 'bytes'> {
+  return {
+    id: record.id,
+    created_at: new Date(record.createdAt).toISOString(),
+    expires_at: new Date(record.expiresAt).toISOString(),
+  }
+}

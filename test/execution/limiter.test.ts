@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest'
+import { Limiter } from '../../src/execution/limiter.ts'
+import { ToolError } from '../../src/errors.ts'
+
+describe('Limiter', () => {
+  it('admits up to maxConcurrent, queues FIFO, and hands slots over in order', async () => {
+    const limiter = new Limiter({ name: 'test', maxConcurrent: 2, maxQueue: 5, queueTimeoutMs: 5000 })
+    const a = await limiter.acquire()
+    const b = await limiter.acquire()
+    const order: string[] = []
+    const c = limiter.acquire().then((release) => { order.push('c'); return release })
+    const d = limiter.acquire().then((release) => { order.push('d'); return release })
+    expect(limiter.inFlight).toBe(2)
+    expect(limiter.queued).toBe(2)
+    a()
+    b()
+    ;(await c)()
+    ;(await d)()
+    expect(order).toEqual(['c', 'd'])
+    expect(limiter.inFlight).toBe(0)
+  })
+
+  it('rejects with Overloaded and Retry-After when the queue is full', async () => {
+    const limiter = new Limiter({ name: 'service', maxConcurrent: 1, maxQueue: 0, queueTimeoutMs: 3000 })
+    const release = await limiter.acquire()
+    const error = await limiter.acquire().catch((e: unknown) => e) as ToolError
+    expect(error).toBeInstanceOf(ToolError)
+    expect(error.code).toBe('Overloaded')
+    expect(error.retryAfterSeconds).toBe(3)
+    release()
+  })
+
+  it('rejects a waiter whose queue wait times out', async () => {
+    const limiter = new Limiter({ name: 'service', maxConcurrent: 1, maxQueue: 1, queueTimeoutMs: 50 })
+    const release = await limiter.acquire()
+    const error = await limiter.acquire().catch((e: unknown) => e) as ToolError
+    expect(error.code).toBe('Overloaded')
+    expect(error.message).toMatch(/waited 50 ms/)
+    expect(limiter.queued).toBe(0)
+    release()
+  })
+
+  it('uses the configured rejection code (spawn: ExecutionFailed naming the limit)', async () => {
+    const limiter = new Limiter({ name: 'spawn', maxConcurrent: 1, maxQueue: 0, queueTimeoutMs: 1, rejectCode: 'ExecutionFailed' })
+    const release = await limiter.acquire()
+    const error = await limiter.acquire().catch((e: unknown) => e) as ToolError
+    expect(error.code).toBe('ExecutionFailed')
+    expect(error.message).toMatch(/spawn concurrency limit of 1/)
+    expect(error.retryAfterSeconds).toBeUndefined()
+    release()
+  })
+
+  it('removes an aborted waiter from the queue', async () => {
+    const limiter = new Limiter({ name: 'service', maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 5000 })
+    const release = await limiter.acquire()
+    const controller = new AbortController()
+    const waiting = limiter.acquire(controller.signal).catch((e: unknown) => e)
+    expect(limiter.queued).toBe(1)
+    controller.abort()
+    expect(await waiting).toBeInstanceOf(ToolError)
+    expect(limiter.queued).toBe(0)
+    release()
+    expect(limiter.inFlight).toBe(0)
+  })
+
+  it('refuses everything once closed, holders finishing normally', async () => {
+    const limiter = new Limiter({ name: 'service', maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 5000 })
+    const release = await limiter.acquire()
+    const queued = limiter.acquire().catch((e: unknown) => e)
+    limiter.close()
+    expect(((await queued) as ToolError).code).toBe('Overloaded')
+    expect(((await limiter.acquire().catch((e: unknown) => e)) as ToolError).code).toBe('Overloaded')
+    release()
+    expect(limiter.inFlight).toBe(0)
+  })
+})

@@ -1,0 +1,133 @@
+/**
+ * Several instances sharing one workspace root (a ReadWriteMany volume in
+ * Kubernetes): each is a WorkspaceStore of its own over the same directory,
+ * as two pods would be.
+ */
+import { existsSync } from 'node:fs'
+import { readdir, rm, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { pino } from 'pino'
+import { describe, expect, it } from 'vitest'
+import { WorkspaceStore } from '../../src/workspaces/store.ts'
+import { ToolError } from '../../src/errors.ts'
+import { onCleanup, tempDir } from '../support/temp.ts'
+
+async function instances (count: number, options: { ttlSeconds?: number, maxWorkspaces?: number } = {}): Promise<WorkspaceStore[]> {
+  const root = await tempDir('toolport-shared-')
+  const stores: WorkspaceStore[] = []
+  for (let i = 0; i < count; i++) {
+    const store = new WorkspaceStore({
+      root,
+      ephemeralRoot: path.join(await tempDir('toolport-pod-'), 'ephemeral'),
+      ttlSeconds: options.ttlSeconds ?? 3600,
+      sweepIntervalSeconds: 3600,
+      log: pino({ level: 'silent' }),
+      recheckMs: 0,
+      maxWorkspacesOf: () => options.maxWorkspaces ?? Infinity,
+    })
+    await store.init()
+    onCleanup(async () => store.close())
+    stores.push(store)
+  }
+  return stores
+}
+
+const codeOf = async (promise: Promise<unknown>): Promise<string> =>
+  promise.then(() => 'ok', (error: unknown) => (error instanceof ToolError ? error.code : String(error)))
+
+describe('instances sharing a workspace root', () => {
+  it('find a workspace another instance made, and use the same directory', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    const made = await a.create('acme', { id: 'shared' })
+    await writeFile(path.join(made.dir, 'note.txt'), 'from a')
+    const found = await b.find('acme', 'shared')
+    expect(found.dir).toBe(made.dir)
+    expect((await b.info('acme', 'shared')).files).toBe(1)
+    const lease = await b.acquire('acme', 'shared')
+    expect(lease.dir).toBe(made.dir)
+    await lease.release()
+    expect(await codeOf(b.find('beta', 'shared'))).toBe('NotFound')
+  })
+
+  it('refuse a second creation of one id, and make a first use from two instances at once one workspace', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    await a.create('acme', { id: 'once' })
+    expect(await codeOf(b.create('acme', { id: 'once' }))).toBe('Conflict')
+    const leases = await Promise.all([a.acquire('acme', 'both'), b.acquire('acme', 'both'), a.acquire('acme', 'both'), b.acquire('acme', 'both')])
+    expect(new Set(leases.map((l) => l.dir)).size).toBe(1)
+    await Promise.all(leases.map((l) => l.release()))
+  })
+
+  it('notice a deletion made by another instance', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    const made = await a.create('acme', { id: 'gone' })
+    await b.find('acme', 'gone')
+    await a.delete('acme', 'gone')
+    expect(existsSync(made.dir)).toBe(false)
+    expect(await codeOf(b.find('acme', 'gone'))).toBe('NotFound')
+    expect(await codeOf(b.delete('acme', 'gone'))).toBe('NotFound')
+  })
+
+  it('count every instance\'s workspaces against the tenant\'s quota', async () => {
+    const [a, b] = await instances(2, { maxWorkspaces: 2 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('acme', { id: 'one' })
+    await b.create('acme', { id: 'two' })
+    expect(await codeOf(a.create('acme', { id: 'three' }))).toBe('PermissionDenied')
+    expect(await codeOf(b.acquire('acme', 'three'))).toBe('PermissionDenied')
+  })
+
+  it('sweep by what the disk says: a workspace renewed elsewhere stays, an expired one of any instance goes', async () => {
+    const [a, b] = await instances(2, { ttlSeconds: 60 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('acme', { id: 'busy' })
+    const idle = await a.create('acme', { id: 'idle' })
+    await b.find('acme', 'busy')
+    // Much later, `a` renews `busy` (a use); `b` only knows the old expiry.
+    const later = Date.now() + 3_600_000
+    const realNow = Date.now
+    Date.now = () => later
+    try {
+      const lease = await a.acquire('acme', 'busy')
+      await lease.release()
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(await b.sweep(later + 1000)).toBe(1)
+    } finally {
+      Date.now = realNow
+    }
+    expect(existsSync(idle.dir)).toBe(false)
+    expect((await a.find('acme', 'busy')).id).toBe('busy')
+  })
+
+  it('keep ephemeral workspaces apart: starting one instance leaves another\'s in-flight ones alone', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    const lease = await a.ephemeral()
+    await b.init()
+    expect(existsSync(lease.dir)).toBe(true)
+    expect(path.dirname(lease.dir)).not.toBe(b.ephemeralRoot)
+    await lease.release()
+    expect(await readdir(a.ephemeralRoot)).toEqual([])
+  })
+
+  it('treat metadata whose directory is gone as no workspace, and make a fresh one on the next use', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    const made = await a.create('acme', { id: 'half' })
+    // Another instance's removal deleted the directory, and its metadata came back (a late renewal).
+    await rm(made.dir, { recursive: true })
+    expect(await codeOf(b.find('acme', 'half'))).toBe('NotFound')
+    const lease = await b.acquire('acme', 'half')
+    expect(existsSync(lease.dir)).toBe(true)
+    await lease.release()
+  })
+
+  it('never bring a deleted workspace back through a renewal written late', async () => {
+    const [a] = await instances(1, { ttlSeconds: 1 }) as [WorkspaceStore]
+    await a.create('acme', { id: 'late' })
+    const lease = await a.acquire('acme', 'late')
+    // Past a tenth of the TTL: the release writes a renewal, and the delete comes right behind it.
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    await lease.release()
+    await a.delete('acme', 'late')
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(existsSync(path.join(a.root, 'tenants', 'acme', 'meta', 'late.json'))).toBe(false)
+    expect(await codeOf(a.find('acme', 'late'))).toBe('NotFound')
+  })
+})

@@ -1,0 +1,134 @@
+import { existsSync } from 'node:fs'
+import { readdir, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { pino } from 'pino'
+import { describe, expect, it } from 'vitest'
+import { validateWorkspaceId, directoryNameOf } from '../../src/workspaces/ids.ts'
+import { WorkspaceScope } from '../../src/workspaces/scope.ts'
+import { WorkspaceStore } from '../../src/workspaces/store.ts'
+import { ToolError } from '../../src/errors.ts'
+import { tempDir } from '../support/temp.ts'
+
+async function store (ttlSeconds = 3600): Promise<WorkspaceStore> {
+  const s = new WorkspaceStore({ root: await tempDir(), ttlSeconds, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }) })
+  await s.init()
+  return s
+}
+
+const codeOf = (fn: () => unknown): string => {
+  try {
+    fn()
+    return 'ok'
+  } catch (error) {
+    return (error as ToolError).code
+  }
+}
+
+describe('workspace ids', () => {
+  it.each(['', '..', 'a..b', 'a/b', 'a\\b', 'a\u0000b', 'a\u0007b', 'a\nb', 'x'.repeat(257), 'é'.repeat(129)])('refuses %j', (id) => {
+    expect(codeOf(() => validateWorkspaceId(id))).toBe('InvalidArgs')
+  })
+
+  it('accepts 256 bytes and ordinary ids', () => {
+    expect(codeOf(() => validateWorkspaceId('w'.repeat(256)))).toBe('ok')
+    expect(codeOf(() => validateWorkspaceId('my workspace: ünïcode'))).toBe('ok')
+  })
+
+  it('maps ids to safe, distinct directory names', () => {
+    expect(directoryNameOf('plain-id_1.x')).toBe('plain-id_1.x')
+    const hashed = directoryNameOf('w'.repeat(256))
+    expect(hashed).toMatch(/^~[0-9a-f]{40}$/)
+    expect(directoryNameOf('a b')).not.toBe(directoryNameOf('a_b'))
+  })
+})
+
+describe('WorkspaceStore', () => {
+  it('creates, describes, conflicts and deletes', async () => {
+    const s = await store()
+    const record = await s.create('t1', { id: 'one', ttlSeconds: 120 })
+    expect(record.expiresAt - record.createdAt).toBe(120_000)
+    await writeFile(path.join(record.dir, 'a.txt'), 'abc')
+    expect(await s.info('t1', 'one')).toMatchObject({ id: 'one', files: 1, bytes: 3 })
+    await expect(s.create('t1', { id: 'one' })).rejects.toMatchObject({ code: 'Conflict' })
+    await s.delete('t1', 'one')
+    expect(existsSync(record.dir)).toBe(false)
+    expect(codeOf(() => s.get('t1', 'one'))).toBe('NotFound')
+  })
+
+  it('keeps tenants apart', async () => {
+    const s = await store()
+    await s.create('acme', { id: 'shared-name' })
+    expect(codeOf(() => s.get('beta', 'shared-name'))).toBe('NotFound')
+    const beta = await s.create('beta', { id: 'shared-name' })
+    expect(beta.dir).not.toBe(s.get('acme', 'shared-name').dir)
+  })
+
+  it('creates a workspace implicitly on first use and renews its expiry', async () => {
+    const s = await store(60)
+    const lease = await s.acquire('t', 'implicit')
+    expect(existsSync(lease.dir)).toBe(true)
+    await lease.release()
+    expect(s.get('t', 'implicit').expiresAt).toBeGreaterThan(Date.now() + 59_000)
+  })
+
+  it('gives concurrent first uses of a new id one existing directory', async () => {
+    const s = await store()
+    const leases = await Promise.all(Array.from({ length: 8 }, () => s.acquire('t', 'fresh')))
+    expect(new Set(leases.map((l) => l.dir)).size).toBe(1)
+    for (const lease of leases) expect(existsSync(lease.dir)).toBe(true)
+    await Promise.all(leases.map((l) => l.release()))
+  })
+
+  it('sweeps expired workspaces but never one in use', async () => {
+    const s = await store(1)
+    const idle = await s.create('t', { id: 'idle' })
+    const lease = await s.acquire('t', 'busy')
+    expect(await s.sweep(Date.now() + 5000)).toBe(1)
+    expect(existsSync(idle.dir)).toBe(false)
+    expect(existsSync(lease.dir)).toBe(true)
+    await lease.release()
+    expect(await s.sweep(Date.now() + 5000)).toBe(1)
+    expect(existsSync(lease.dir)).toBe(false)
+  })
+
+  it('remembers persistent workspaces across restarts', async () => {
+    const root = await tempDir()
+    const log = pino({ level: 'silent' })
+    const first = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log })
+    await first.init()
+    await first.create('t', { id: 'kept' })
+    first.close()
+    const second = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log })
+    await second.init()
+    expect(second.get('t', 'kept').id).toBe('kept')
+    second.close()
+  })
+
+  it('removes an ephemeral workspace on release', async () => {
+    const s = await store()
+    const lease = await s.ephemeral()
+    await writeFile(path.join(lease.dir, 'x'), 'x')
+    await lease.release()
+    expect(existsSync(lease.dir)).toBe(false)
+    expect(await readdir(path.dirname(lease.dir))).toEqual([])
+  })
+})
+
+describe('WorkspaceScope', () => {
+  it('shares one ephemeral workspace between calls and removes it on close', async () => {
+    const s = await store()
+    const scope = new WorkspaceScope(s, 't')
+    const a = await scope.lease()
+    const b = await scope.lease()
+    expect(a.dir).toBe(b.dir)
+    await a.release()
+    expect(existsSync(a.dir)).toBe(true)
+    await scope.close()
+    expect(existsSync(a.dir)).toBe(false)
+  })
+
+  it('validates the id before anything touches the disk', async () => {
+    const s = await store()
+    expect(codeOf(() => new WorkspaceScope(s, 't', 'a/../b').validate())).toBe('InvalidArgs')
+  })
+})
