@@ -1,7 +1,7 @@
 /** What the workspace routes share: how a URL names a workspace, and who may change its files. */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
-import type { Principal } from './plugins/auth.ts'
+import type { Principal } from '../execution/principal.ts'
 
 export const IdParams = Type.Object({ id: Type.String() })
 

@@ -16,9 +16,9 @@ import { WorkspaceScope } from '../workspaces/scope.ts'
 import { catalogEntry } from '../formats/catalog.ts'
 import { toCallToolResult } from '../formats/mcp-result.ts'
 import { VERSION } from '../version.ts'
-import type { Principal } from '../http/plugins/auth.ts'
+import type { Principal } from '../execution/principal.ts'
 import { answerInvalidParams } from './params.ts'
-import { requestIdOf } from '../http/plugins/request-id.ts'
+import { requestIdOf } from '../execution/request-id.ts'
 
 export interface McpSession {
   id: string

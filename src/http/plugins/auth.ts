@@ -6,14 +6,9 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { Config } from '../../config.ts'
-import { globMatcher, type NameMatcher } from '../../execution/globs.ts'
+import { globMatcher } from '../../execution/globs.ts'
+import type { Principal } from '../../execution/principal.ts'
 import { ToolError } from '../../errors.ts'
-
-export interface Principal {
-  tenant: string
-  scope: NameMatcher
-  allowedTools: string[]
-}
 
 declare module 'fastify' {
   interface FastifyRequest {
