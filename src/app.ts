@@ -20,6 +20,7 @@ import { ToolError } from './errors.ts'
 import { ProblemSchema } from './http/schemas.ts'
 import { toolCallRoutes } from './http/routes/tool-calls.ts'
 import { toolRoutes } from './http/routes/tools.ts'
+import { archiveRoutes } from './http/routes/workspace-archive.ts'
 import { workspaceRoutes } from './http/routes/workspaces.ts'
 import { VERSION } from './version.ts'
 
@@ -99,11 +100,13 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
   await app.register(swaggerUi, { routePrefix: '/docs' })
 
-  healthRoutes(app, runtime)
-  toolRoutes(app, runtime)
-  toolCallRoutes(app, runtime)
-  workspaceRoutes(app, runtime)
-  mcpRoutes(app, runtime)
+  // Each route module is an encapsulated plugin: what it adds (a body parser, a hook) stays its own.
+  await app.register(healthRoutes, { runtime })
+  await app.register(toolRoutes, { runtime })
+  await app.register(toolCallRoutes, { runtime })
+  await app.register(workspaceRoutes, { runtime })
+  await app.register(archiveRoutes, { runtime })
+  await app.register(mcpRoutes, { runtime })
 
   await runtime.start()
   return app

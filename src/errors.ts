@@ -37,7 +37,7 @@ const TITLES: Record<ErrorCode, string> = {
   Overloaded: 'Overloaded',
 }
 
-/** How the seed's `Display` of a ToolError starts (`{"error": "file not found: a.txt"}`). */
+/** How clawft's `Display` of a ToolError starts (`{"error": "file not found: a.txt"}`). */
 const MESSAGE_PREFIX: Record<ErrorCode, string> = {
   NotFound: 'tool not found',
   InvalidArgs: 'invalid arguments',
@@ -79,7 +79,7 @@ export class ToolError extends Error {
     return ERROR_STATUS[this.code]
   }
 
-  /** The seed's one-line rendering, used as `{"error": "..."}` in tool messages. */
+  /** clawft's one-line rendering, used as `{"error": "..."}` in tool messages. */
   toMessage (): string {
     return `${MESSAGE_PREFIX[this.code]}: ${this.message}`
   }

@@ -165,7 +165,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
     disposeSignal?.()
   }
   outcome.durationMs = Math.round((performance.now() - started) * 1000) / 1000
-  record(services, caller.requestId, outcome, metricName, workspaceId)
+  recordOutcome(services, caller.requestId, outcome, metricName, workspaceId)
   return outcome
 }
 
@@ -187,7 +187,7 @@ function withinLimit (error: ToolError, maxBytes: number): ToolError {
   return new ToolError(error.code, String(detail), { extra, retryAfterSeconds: error.retryAfterSeconds, cause: error.cause })
 }
 
-function record ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null): void {
+function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null): void {
   const code = outcome.ok ? 'ok' : outcome.error.code
   const labels = { tool: metricName, code }
   metrics.calls.inc(labels)

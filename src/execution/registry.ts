@@ -1,5 +1,5 @@
 /**
- * The tool registry. Tools come in layers registered in the seeds' order —
+ * The tool registry. Tools come in layers registered in the reference designs' order —
  * built-ins, executables, MCP tools, then `message` — and a later layer's tool
  * replaces an earlier one of the same name. Within a layer, tools come in
  * groups (one MCP server, one executables directory) that a source replaces

@@ -1,5 +1,5 @@
 /**
- * The seeds' Tool interface: a name, a description, a JSON Schema for the
+ * The Tool interface of the reference designs: a name, a description, a JSON Schema for the
  * arguments and an `execute` that answers a JSON value or throws a ToolError.
  */
 import type { Logger } from 'pino'

@@ -1,6 +1,6 @@
 /**
  * Type-aware truncation of a tool result to a byte budget on its JSON form,
- * as the lifecycle seed describes:
+ * as clawft's tool lifecycle describes:
  * - strings keep a prefix and get a suffix saying they were cut;
  * - arrays keep their leading elements and end with a sentinel object;
  * - anything else (objects) becomes `{"_truncated_json": "<start of its JSON>"}`.

@@ -7,10 +7,15 @@ export type CatalogFormat = typeof CATALOG_FORMATS[number]
 /** Plain JSON of a schema (TypeBox adds symbol keys; they never leave the process anyway). */
 const parametersOf = (tool: AnyTool): Record<string, unknown> => tool.parameters
 
+/** A tool in the native format: the one `GET /v1/tools/{name}` answers. */
+export function nativeEntry (tool: AnyTool): { name: string, description: string, parameters: Record<string, unknown>, source: AnyTool['source'] } {
+  return { name: tool.name, description: tool.description, parameters: parametersOf(tool), source: tool.source }
+}
+
 export function catalogEntry (tool: AnyTool, format: CatalogFormat): Record<string, unknown> {
   switch (format) {
     case 'native':
-      return { name: tool.name, description: tool.description, parameters: parametersOf(tool), source: tool.source }
+      return nativeEntry(tool)
     case 'openai':
       return { type: 'function', function: { name: tool.name, description: tool.description, parameters: parametersOf(tool) } }
     case 'anthropic':

@@ -1,7 +1,7 @@
 /**
  * An execution outcome as an MCP `CallToolResult`: the result's JSON as text
  * (plus `structuredContent` for object results), or `isError` with the
- * seed's error message.
+ * clawft's error message.
  */
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import type { Outcome } from '../execution/execute.ts'

@@ -1,7 +1,7 @@
 /**
  * Tool-result messages ready to append to a conversation, in the format the
  * client's model API expects. A failed call's content is `{"error": "..."}`
- * as in the lifecycle seed.
+ * as in clawft's tool lifecycle.
  */
 import type { ToolError } from '../errors.ts'
 

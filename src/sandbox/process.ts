@@ -81,7 +81,7 @@ export async function runToCompletion (spec: Spawn, options: RunOptions): Promis
   }
   const stdout = new BoundedCapture(options.maxOutputBytes)
   // Combined output (omega's bash): both streams into one capture, in the order they arrive.
-  const stderr = options.combineOutput === true ? stdout : new BoundedCapture(options.maxOutputBytes)
+  const stderr = new BoundedCapture(options.maxOutputBytes)
   const draining = [stdout.drain(child.stdout), stderr.drain(child.stderr)]
   const closePipes = (): void => { child.stdout?.destroy(); child.stderr?.destroy() }
 
@@ -122,11 +122,11 @@ export async function runToCompletion (spec: Spawn, options: RunOptions): Promis
     exitCode: ending.code ?? -1,
     signal: ending.signal ?? null,
     stdout: stdout.text(),
-    stderr: options.combineOutput === true ? '' : stderr.text(),
+    stderr: stderr.text(),
     stdoutBytes: stdout.bytes,
-    stderrBytes: options.combineOutput === true ? 0 : stderr.bytes,
+    stderrBytes: stderr.bytes,
     stdoutTruncated: stdout.truncated,
-    stderrTruncated: options.combineOutput === true ? false : stderr.truncated,
+    stderrTruncated: stderr.truncated,
     durationMs: Math.round(performance.now() - started),
     timedOut,
     cancelled,

@@ -20,8 +20,6 @@ export interface RunOptions {
   signal: AbortSignal
   /** Bytes kept of stdout and of stderr each; the rest is counted and dropped. */
   maxOutputBytes: number
-  /** Capture stdout and stderr interleaved into `stdout` (omega's bash). */
-  combineOutput?: boolean
   /** Paths outside the workspace the process may read (an executable tool's own directory). */
   readOnlyPaths?: string[]
 }

@@ -36,7 +36,7 @@ export function parseDescription (stdout: string): Description | string {
 }
 
 /** stdout as the tool's result: parsed when it is JSON, the text otherwise. */
-export function resultOf (stdout: string): unknown {
+export function parsedStdout (stdout: string): unknown {
   const trimmed = stdout.trim()
   if (trimmed === '') return stdout
   try {
@@ -70,7 +70,7 @@ export function executableTool (file: string, description: Description, options:
         const detail = stderr.trim() === '' ? `${description.name} exited with code ${run.exitCode}` : `${description.name} exited with code ${run.exitCode}: ${stderr.trim()}`
         throw new ToolError('ExecutionFailed', detail, { extra: { exit_code: run.exitCode, stderr } })
       }
-      return run.stdoutTruncated ? run.stdout : resultOf(run.stdout)
+      return run.stdoutTruncated ? run.stdout : parsedStdout(run.stdout)
     },
   }
 }

@@ -26,7 +26,7 @@ export function wrapTools (server: string, tools: McpTool[], internal: boolean, 
     source: 'mcp' as const,
     internal,
     async execute (args: Record<string, unknown> | undefined, ctx: ToolContext) {
-      return resultOf(await call(tool.name, args ?? {}, ctx))
+      return toolValueOf(await call(tool.name, args ?? {}, ctx))
     },
   }))
 }
@@ -42,7 +42,7 @@ export function textOf (result: CallToolResult): string {
  * (`_meta` and `isError` are protocol details); `isError` → ExecutionFailed
  * with the server's text.
  */
-export function resultOf (result: CallToolResult): unknown {
+export function toolValueOf (result: CallToolResult): unknown {
   if (result.isError === true) throw new ToolError('ExecutionFailed', textOf(result) || 'the MCP tool reported an error')
   const value: Record<string, unknown> = { content: result.content ?? [] }
   if (result.structuredContent !== undefined) value['structuredContent'] = result.structuredContent

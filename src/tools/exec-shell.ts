@@ -11,7 +11,7 @@ import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from '../execution/define.ts'
 import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './process-result.ts'
 
-/** The seed's patterns, matched case-insensitively as substrings. */
+/** clawft's default patterns, matched case-insensitively as substrings. */
 export const DEFAULT_DENYLIST = [
   'rm -rf /', 'sudo ', 'mkfs', 'dd if=', ':(){ :|:& };:', 'chmod 777 /', '> /dev/sd', 'shutdown', 'reboot', 'poweroff', 'format c:',
 ]

@@ -17,7 +17,7 @@ export const memoryReadTool = defineBuiltin({
   }),
   async execute (args, ctx) {
     const file = await resolveMemoryFile(ctx.workspaceDir)
-    // The seed's answer, with or without a query.
+    // clawft's answer, with or without a query.
     if (!file.exists) return { content: '', message: 'No memory file found' }
     const { handle } = await openContained(ctx.workspaceDir, file.absolute, 'memory/MEMORY.md')
     try {

@@ -1,6 +1,6 @@
 /**
  * message: sends text to a configured channel. The call only enqueues (the
- * seed: "the return value confirms dispatch, not delivery"); a background
+ * clawft: "the return value confirms dispatch, not delivery"); a background
  * sender POSTs `{channel, chat_id, content}` to the channel's webhook with
  * retries. The queue is bounded; content is sanitised first.
  */
@@ -16,7 +16,7 @@ export const MAX_QUEUED_MESSAGES = 1000
 export const SEND_ATTEMPTS = 3
 const SEND_TIMEOUT_MS = 10_000
 
-/** Strips NUL, DEL and control characters, keeping newline, carriage return and tab (the lifecycle seed). */
+/** Strips NUL, DEL and control characters, keeping newline, carriage return and tab (clawft's tool lifecycle). */
 export function sanitiseContent (text: string): string {
   // eslint-disable-next-line no-control-regex
   return text.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g, '')

@@ -1,6 +1,6 @@
 /**
  * read_file: a file's contents, `{content}`. Reads no more of the file than
- * the result can carry. Beyond the seed, `offset` and `limit` (in lines) page
+ * the result can carry. Beyond clawft's read_file, `offset` and `limit` (in lines) page
  * through a large file: such an answer is cut to fit the result limit at a
  * line boundary and says where the next page starts.
  */

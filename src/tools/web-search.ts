@@ -2,7 +2,7 @@
  * web_search: a SearXNG-compatible endpoint (`GET {endpoint}?q=…&format=json`),
  * its results cut to `num_results` as `{title, url, snippet}`. The endpoint is
  * the operator's, so it is trusted (no SSRF check). Unconfigured, the tool
- * answers the seed's informational object, not an error.
+ * answers clawft's informational object, not an error.
  */
 import { Type } from '@sinclair/typebox'
 import { request } from 'undici'

@@ -6,7 +6,7 @@ import { ToolError } from '../errors.ts'
 
 /**
  * A caller's path as messages show it: as is when it reads unambiguously
- * (so the seed's `file not found: a.txt` holds), quoted when it is empty or
+ * (so clawft's `file not found: a.txt` holds), quoted when it is empty or
  * has edge spaces, quotes or control characters (`"" is a directory`).
  */
 export function shownPath (userPath: string): string {

@@ -2,7 +2,7 @@
  * Path containment: the one function every file tool uses to turn a
  * caller's relative path into an absolute path inside the workspace.
  *
- * The seeds' rule: join to the workspace, canonicalise (resolving `..` and
+ * The reference designs' rule: join to the workspace, canonicalise (resolving `..` and
  * symlinks), and require the result to stay under the canonical workspace.
  * For paths that do not exist yet, the deepest existing ancestor is
  * canonicalised and checked instead.

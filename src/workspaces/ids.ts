@@ -1,7 +1,7 @@
 /**
  * Workspace ids and their directory names. Ids are checked before anything
  * touches the filesystem: 1–256 bytes, no `..`, no `/` or `\`, no NUL or
- * control characters (the seeds' session id rules).
+ * control characters (clawft's session id rules).
  */
 import { createHash } from 'node:crypto'
 import { ToolError } from '../errors.ts'

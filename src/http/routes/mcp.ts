@@ -3,8 +3,9 @@
  * catalog, scopes and execution path as REST. The SDK transport writes the
  * answers itself, so these routes hand it the raw request and response.
  */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { globMatcher, parseGlobList } from '../../execution/globs.ts'
 import type { NameMatcher } from '../../execution/globs.ts'
@@ -28,7 +29,7 @@ function allowedOf (request: FastifyRequest): NameMatcher | undefined {
   return typeof allowed === 'string' ? globMatcher(parseGlobList(allowed)) : undefined
 }
 
-export function mcpRoutes (app: FastifyInstance, runtime: Runtime): void {
+export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   const sessions = new McpSessions(runtime, app.log as Logger)
   app.addHook('onClose', async () => { await sessions.closeAll() })
 

@@ -2,8 +2,8 @@
  * POST /v1/tool-calls: the calls of one model turn, in any of the three call
  * shapes, answered with per-call results and ready-made tool messages.
  */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { type Static, Type } from '@sinclair/typebox'
-import type { FastifyInstance } from 'fastify'
 import { type Caller, execute, type Outcome } from '../../execution/execute.ts'
 import type { Runtime } from '../../runtime.ts'
 import { WorkspaceScope } from '../../workspaces/scope.ts'
@@ -64,7 +64,7 @@ async function mapWithConcurrency<T, R> (items: readonly T[], width: number, run
   return results
 }
 
-function present (id: string, outcome: Outcome, requestId: string): Static<typeof BatchResult> {
+function batchResult (id: string, outcome: Outcome, requestId: string): Static<typeof BatchResult> {
   if (outcome.ok) {
     return { id, name: outcome.tool, ok: true, status: 200, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs }
   }
@@ -72,8 +72,8 @@ function present (id: string, outcome: Outcome, requestId: string): Static<typeo
   return { id, name: outcome.tool, ok: false, status: outcome.error.status, error, truncated: false, duration_ms: outcome.durationMs }
 }
 
-export function toolCallRoutes (app: FastifyInstance, runtime: Runtime): void {
-  app.post<{ Body: Static<typeof BatchBody> }>('/v1/tool-calls', {
+export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
+  app.post('/v1/tool-calls', {
     schema: { summary: 'Run the tool calls of one model turn', tags: ['tools'], body: BatchBody, response: { 200: BatchReply, ...problems(400, 401, 413) } },
   }, async (request, reply) => {
     const caller = callerOf(request, reply)
@@ -86,7 +86,7 @@ export function toolCallRoutes (app: FastifyInstance, runtime: Runtime): void {
       const done = await mapWithConcurrency(calls, width, run)
       const format = request.body.format ?? 'native'
       return {
-        results: done.map(({ id, outcome }) => present(id, outcome, request.id)),
+        results: done.map(({ id, outcome }) => batchResult(id, outcome, request.id)),
         messages: done.map(({ id, outcome }) => toolMessage(id, outcome, format)),
       }
     } finally {

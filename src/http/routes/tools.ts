@@ -1,12 +1,12 @@
 /** GET /v1/tools, GET /v1/tools/{name}, POST /v1/tools/{name}/execute. */
-import { type Static, Type } from '@sinclair/typebox'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
 import { execute } from '../../execution/execute.ts'
 import { globMatcher, parseGlobList } from '../../execution/globs.ts'
 import type { Runtime } from '../../runtime.ts'
 import { WorkspaceScope } from '../../workspaces/scope.ts'
 import { ToolError } from '../../errors.ts'
-import { catalog, CATALOG_FORMATS, type CatalogFormat, catalogEntry } from '../../formats/catalog.ts'
+import { catalog, CATALOG_FORMATS, type CatalogFormat, nativeEntry } from '../../formats/catalog.ts'
 import { callerOf } from '../caller.ts'
 import { sendProblem } from '../plugins/problem.ts'
 import { AnyJson, JsonObject, problems, ToolEntry } from '../schemas.ts'
@@ -32,8 +32,9 @@ const ExecuteReply = Type.Object({
   workspace: Type.Union([Type.String(), Type.Null()]),
 })
 
-export function toolRoutes (app: FastifyInstance, runtime: Runtime): void {
-  app.get<{ Querystring: Static<typeof CatalogQuery> }>('/v1/tools', {
+/** The catalog, one tool, and one call. */
+export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
+  app.get('/v1/tools', {
     schema: { summary: 'The tool catalog, sorted by name', tags: ['tools'], querystring: CatalogQuery, response: { 200: Type.Object({ tools: Type.Array(JsonObject) }), ...problems(400, 401) } },
   }, async (request) => {
     // An empty `allowed=` filters nothing, as if absent.
@@ -42,17 +43,17 @@ export function toolRoutes (app: FastifyInstance, runtime: Runtime): void {
     return catalog(tools, request.query.format ?? 'native')
   })
 
-  app.get<{ Params: Static<typeof NameParams> }>('/v1/tools/:name', {
+  app.get('/v1/tools/:name', {
     schema: { summary: 'One tool', tags: ['tools'], params: NameParams, response: { 200: ToolEntry, ...problems(401, 404) } },
   }, async (request) => {
     const tool = runtime.registry.get(request.params.name)
     // Out of scope looks exactly like absent: a token must not learn what it cannot use.
     if (!tool || !request.principal.scope(tool.name)) throw new ToolError('NotFound', `no tool named ${JSON.stringify(request.params.name)}`)
     request.toolName = tool.name
-    return catalogEntry(tool, 'native')
+    return nativeEntry(tool)
   })
 
-  app.post<{ Params: Static<typeof NameParams>, Body: Static<typeof ExecuteBody> }>('/v1/tools/:name/execute', {
+  app.post('/v1/tools/:name/execute', {
     schema: {
       summary: 'Run one tool call',
       tags: ['tools'],

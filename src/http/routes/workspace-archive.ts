@@ -3,9 +3,9 @@
  * download (GET). Registered as its own encapsulated plugin, so the stream
  * parser of the archive content types applies to these routes only.
  */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Readable } from 'node:stream'
-import { type Static, Type } from '@sinclair/typebox'
-import type { FastifyInstance } from 'fastify'
+import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
 import { extractArchive } from '../../workspaces/archive-extract.ts'
 import { packWorkspace } from '../../workspaces/archive-pack.ts'
@@ -27,12 +27,12 @@ const ExtractReply = Type.Object({
   skipped: Type.Array(Type.Object({ path: Type.String(), reason: Type.String() })),
 })
 
-export function archiveRoutes (app: FastifyInstance, runtime: Runtime): void {
+export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   const store = runtime.workspaces
   // The body is read as the extraction goes, never buffered (extractArchive counts and bounds it).
   app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, (_request, payload, done) => { done(null, payload) })
 
-  app.put<{ Params: Static<typeof IdParams>, Body: unknown }>('/v1/workspaces/:id/archive', {
+  app.put('/v1/workspaces/:id/archive', {
     schema: {
       summary: 'Upload a .tar.gz into the workspace (created on first use); hostile entries are skipped and listed',
       tags: ['workspaces'],
@@ -74,7 +74,7 @@ export function archiveRoutes (app: FastifyInstance, runtime: Runtime): void {
     }
   })
 
-  app.get<{ Params: Static<typeof IdParams> }>('/v1/workspaces/:id/archive', {
+  app.get('/v1/workspaces/:id/archive', {
     schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 404) },
   }, async (request, reply) => {
     const record = await store.find(request.principal.tenant, request.params.id)

@@ -1,12 +1,11 @@
 /** Persistent workspaces: create, inspect, delete; archives up and down are workspace-archive.ts. */
-import { type Static, Type } from '@sinclair/typebox'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
 import type { Runtime } from '../../runtime.ts'
 import { describeWorkspace } from '../../workspaces/store.ts'
 import { installJsonBody } from '../plugins/json-body.ts'
 import { problems } from '../schemas.ts'
 import { ensureMayChangeFiles, IdParams } from '../workspace-access.ts'
-import { archiveRoutes } from './workspace-archive.ts'
 
 const CreateBody = Type.Object({
   id: Type.Optional(Type.String({ description: '1–256 bytes, no "..", "/", "\\" or control characters; generated when absent' })),
@@ -16,33 +15,27 @@ const CreateBody = Type.Object({
 const Created = Type.Object({ id: Type.String(), created_at: Type.String(), expires_at: Type.String() })
 const Info = Type.Object({ id: Type.String(), created_at: Type.String(), expires_at: Type.String(), files: Type.Integer(), bytes: Type.Integer() })
 
-export function workspaceRoutes (app: FastifyInstance, runtime: Runtime): void {
+export const workspaceRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   const store = runtime.workspaces
-  // Encapsulated: the creation's JSON parser and the archives' stream parser stay out of the rest of the app.
-  void app.register(async (creation) => { creationRoute(creation, runtime) })
-  void app.register(async (archives) => { archiveRoutes(archives, runtime) })
+  // Every member of a creation is optional, so an empty JSON body asks for the defaults.
+  installJsonBody(app, () => ({}))
 
-  app.get<{ Params: Static<typeof IdParams> }>('/v1/workspaces/:id', {
+  app.post('/v1/workspaces', {
+    schema: { summary: 'Create a persistent workspace', tags: ['workspaces'], body: CreateBody, response: { 201: Created, ...problems(400, 401, 403, 409) } },
+  }, async (request, reply) => {
+    const record = await store.create(request.principal.tenant, { id: request.body.id, ttlSeconds: request.body.ttl_seconds })
+    return reply.code(201).header('location', `/v1/workspaces/${encodeURIComponent(record.id)}`).send(describeWorkspace(record))
+  })
+
+  app.get('/v1/workspaces/:id', {
     schema: { summary: 'A workspace with its file count and size', tags: ['workspaces'], params: IdParams, response: { 200: Info, ...problems(400, 401, 404) } },
   }, async (request) => store.info(request.principal.tenant, request.params.id))
 
-  app.delete<{ Params: Static<typeof IdParams> }>('/v1/workspaces/:id', {
+  app.delete('/v1/workspaces/:id', {
     schema: { summary: 'Delete a workspace and its files', tags: ['workspaces'], params: IdParams, response: { 204: Type.Null(), ...problems(400, 401, 403, 404) } },
   }, async (request, reply) => {
     ensureMayChangeFiles(request.principal)
     await store.delete(request.principal.tenant, request.params.id)
-    return reply.code(204).send()
-  })
-}
-
-function creationRoute (app: FastifyInstance, runtime: Runtime): void {
-  // Every member of a creation is optional, so an empty JSON body asks for the defaults.
-  installJsonBody(app, () => ({}))
-
-  app.post<{ Body: Static<typeof CreateBody> | undefined }>('/v1/workspaces', {
-    schema: { summary: 'Create a persistent workspace', tags: ['workspaces'], body: CreateBody, response: { 201: Created, ...problems(400, 401, 403, 409) } },
-  }, async (request, reply) => {
-    const record = await runtime.workspaces.create(request.principal.tenant, { id: request.body?.id, ttlSeconds: request.body?.ttl_seconds })
-    return reply.code(201).header('location', `/v1/workspaces/${encodeURIComponent(record.id)}`).send(describeWorkspace(record))
+    return reply.code(204).send(null)
   })
 }
