@@ -34,7 +34,20 @@ const LOG_MAX_WAITING_BYTES = 16 * 1024 * 1024
  * stdout nobody reads holds a bounded backlog (past it, lines are dropped).
  */
 export function logDestination (fd: number, options: { maxWaitingBytes?: number } = {}) {
-  return pino.destination({ dest: fd, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS, maxLength: options.maxWaitingBytes ?? LOG_MAX_WAITING_BYTES })
+  const destination = pino.destination({ dest: fd, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS, maxLength: options.maxWaitingBytes ?? LOG_MAX_WAITING_BYTES })
+  // A destination that fails (a full disk, a closed descriptor) is cut off: its error would
+  // otherwise end the service, and its flush at exit retries forever. Lines are dropped from then on.
+  destination.once('error', (error: NodeJS.ErrnoException) => {
+    process.stderr.write(`toolport: writing log lines failed (${error.code ?? error.message}); further log lines are dropped\n`)
+    Object.assign(destination, {
+      write: () => true,
+      flush: (done?: (error?: Error) => void) => { done?.() },
+      flushSync: () => {},
+      end: () => {},
+    })
+    destination.on('error', () => {})
+  })
+  return destination
 }
 
 /** The logger for `config`; `destination` (tests) replaces stdout. */

@@ -13,6 +13,8 @@ import { createLogger } from './logger.ts'
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost'])
 /** How long cancelled calls get to unwind (kill their processes, remove workspaces) at shutdown. */
 const CANCEL_SETTLE_MS = 3000
+/** How long the exit waits for buffered log lines to be written. */
+const LOG_FLUSH_WAIT_MS = 2000
 
 function fail (message: string): never {
   process.stderr.write(`toolport: ${message}\n`)
@@ -73,8 +75,12 @@ async function main (): Promise<void> {
     app.runtime.cancelRunning()
     await app.runtime.drain(CANCEL_SETTLE_MS)
     await app.close()
-    // What is buffered goes out first, so that 'stopped' is the last line (pino writes it at exit).
-    await new Promise<void>((resolve) => { log.flush(() => { resolve() }) })
+    // What is buffered goes out first, so that 'stopped' is the last line (pino writes it at exit);
+    // a log output that cannot take it (a stalled pipe) does not hold the exit.
+    await new Promise<void>((resolve) => {
+      log.flush(() => { resolve() })
+      setTimeout(resolve, LOG_FLUSH_WAIT_MS).unref()
+    })
     log.info('stopped')
   })
   await app.listen({ host: config.server.host, port: config.server.port })
