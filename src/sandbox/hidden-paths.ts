@@ -56,7 +56,8 @@ function readlinkOrUndefined (file: string): string | undefined {
  * hop of the chain; a relative link is read from the directory that holds it.
  */
 export function followChain (start: string): Chain {
-  const pending = path.resolve(start).split('/').filter(Boolean)
+  // Not path.resolve: it would drop `link/..` as text, where the kernel goes up from the link's target.
+  const pending = (path.isAbsolute(start) ? start : `${process.cwd()}/${start}`).split('/').filter(Boolean)
   const holders: string[] = []
   let current = '/'
   let links = 0
