@@ -96,7 +96,7 @@ setTimeout(() => { log.info('after the failure'); log.flush(() => { console.erro
     fds.push(full)
     const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', full, 'pipe'] })
     let stderr = ''
-    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+    child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
     const code = await new Promise<number | null>((resolve) => {
       const timer = setTimeout(() => { child.kill('SIGKILL'); resolve(null) }, 10_000)
       child.once('exit', (exitCode) => { clearTimeout(timer); resolve(exitCode) })

@@ -11,7 +11,7 @@ import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
 import type { ToolRegistry } from './registry.ts'
 import type { AnyTool } from './tool.ts'
-import { fitStringMembers, truncateResult } from './truncate.ts'
+import { clipText, fitStringMembers, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
@@ -58,6 +58,8 @@ export type Outcome =
   | { ok: false, tool: string, error: ToolError, durationMs: number }
 
 const MIN_RESULT_BYTES = 256
+/** An unknown tool name is echoed (in `tool`, in logs) cut to this. */
+const MAX_UNKNOWN_NAME_BYTES = 256
 
 /** The tool `name` found, when the caller may use it: NotFound when absent, PermissionDenied when out of scope. */
 export function usableTool (tool: AnyTool | undefined, name: string, scope: NameMatcher): AnyTool {
@@ -112,7 +114,7 @@ function linkSignals (a: AbortSignal, b: AbortSignal): { signal: AbortSignal, di
 export async function execute (services: ExecutionServices, call: ToolCall, caller: Caller, workspace: WorkspaceScope): Promise<Outcome> {
   const started = performance.now()
   // Unknown names stay out of metric labels: a caller must not be able to mint label values.
-  let toolName = call.name
+  let toolName = clipText(call.name, MAX_UNKNOWN_NAME_BYTES)
   let metricName = '(unknown)'
   let workspaceId: string | null = null
   let outcome: Outcome
@@ -121,7 +123,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   try {
     const found = services.registry.get(call.name)
     // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
-    toolName = found?.name ?? call.name
+    toolName = found?.name ?? toolName
     const tool = usableTool(found, call.name, caller.scope)
     metricName = tool.name
     const args = parseArguments(call.arguments)

@@ -8,6 +8,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
 import * as ajvFormats from 'ajv-formats'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
+import { JsonTextError, parseJsonText } from './json-text.ts'
 import type { AnyTool } from './tool.ts'
 
 // ajv-formats is CommonJS; under ESM its plugin function is the default export.
@@ -57,9 +58,10 @@ export function parseArguments (raw: unknown): Record<string, unknown> {
   if (typeof value === 'string') {
     if (value.trim() === '') return {}
     try {
-      value = JSON.parse(value)
-    } catch {
-      throw new ToolError('InvalidArgs', 'arguments is a string that is not valid JSON')
+      value = parseJsonText(value)
+    } catch (error) {
+      if (!(error instanceof JsonTextError)) throw error
+      throw new ToolError('InvalidArgs', error.poisoned ? `arguments ${error.message}` : 'arguments is a string that is not valid JSON')
     }
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {

@@ -11,25 +11,45 @@ export interface ParsedCall {
   arguments: unknown
 }
 
+/**
+ * The longest call id and tool name a batch takes. Both are echoed back
+ * (twice: in results and in messages), so a longer one is refused and echoed
+ * cut, never copied whole into the answer.
+ */
+export const MAX_CALL_ID_CHARS = 256
+
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value)
 
-/** The id of a call item as far as it can be read (for error results). */
-export function callIdOf (item: unknown, index: number): string {
-  return isObject(item) && typeof item['id'] === 'string' ? item['id'] : `call_${index}`
+const cut = (text: string): string => text.length <= MAX_CALL_ID_CHARS ? text : `${text.slice(0, MAX_CALL_ID_CHARS)}…`
+
+function rawId (item: unknown): string | undefined {
+  return isObject(item) && typeof item['id'] === 'string' ? item['id'] : undefined
 }
 
-/** The name of a call item as far as it can be read (for error results). */
-export function callNameOf (item: unknown): string {
+function rawName (item: unknown): string {
   if (!isObject(item)) return ''
   const fn = item['function']
   if (isObject(fn) && typeof fn['name'] === 'string') return fn['name']
   return typeof item['name'] === 'string' ? item['name'] : ''
 }
 
+/** The id of a call item as far as it can be read (for error results), cut to the limit. */
+export function callIdOf (item: unknown, index: number): string {
+  return cut(rawId(item) ?? `call_${index}`)
+}
+
+/** The name of a call item as far as it can be read (for error results), cut to the limit. */
+export function callNameOf (item: unknown): string {
+  return cut(rawName(item))
+}
+
 /** Reads one call in any of the three shapes; InvalidArgs when it is none of them. */
 export function parseCall (item: unknown, index: number): ParsedCall {
   if (!isObject(item)) throw new ToolError('InvalidArgs', `calls[${index}] must be an object`)
+  if ((rawId(item)?.length ?? 0) > MAX_CALL_ID_CHARS || rawName(item).length > MAX_CALL_ID_CHARS) {
+    throw new ToolError('InvalidArgs', `calls[${index}]: a call id or tool name longer than ${MAX_CALL_ID_CHARS} characters`)
+  }
   const id = callIdOf(item, index)
   if (item['type'] === 'function' || isObject(item['function'])) {
     const fn = item['function']

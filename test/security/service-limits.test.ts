@@ -44,6 +44,25 @@ describe('error bodies stay within the result limit', () => {
 })
 
 describe('batches', () => {
+  it('never echo a huge call id or tool name: such a call is refused and its id and name come back cut', async () => {
+    const app = await buildTestApp({ limits: { max_result_bytes: 2048 } })
+    const calls = [
+      { id: 'x'.repeat(100_000), name: 'read_file', arguments: { path: 'a' } },
+      { id: 'short', name: 'n'.repeat(1_000_000), arguments: {} },
+      { id: 'fine', name: 'list_directory', arguments: { path: '.' } },
+    ]
+    const response = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls, format: 'anthropic' } })
+    expect(response.statusCode).toBe(200)
+    // Three results, each within the limit plus its envelope, twice (results and messages).
+    expect(Buffer.byteLength(response.body)).toBeLessThanOrEqual(2 * 3 * (2048 + ENVELOPE))
+    const { results } = response.json() as { results: Array<{ id: string, name: string, status: number, error?: { code: string } }> }
+    expect(results.map((r) => r.status)).toEqual([400, 400, 200])
+    expect(results[0]?.id.length).toBeLessThanOrEqual(257)
+    expect(results[1]?.name.length).toBeLessThanOrEqual(257)
+    expect(results[1]?.error?.code).toBe('InvalidArgs')
+  })
+
+
   it('a parallel batch larger than the limiter runs whole: its calls wait for each other, none is refused', async () => {
     const app = await buildTestApp({ limits: { max_concurrent: 2, max_queue: 0 } })
     const calls = Array.from({ length: 12 }, (_, i) => ({ id: `c${i}`, name: 'exec_shell', arguments: { command: `sleep 0.05; echo ${i}` } }))
@@ -77,6 +96,17 @@ describe('request bodies', () => {
     expect(({} as Record<string, unknown>)['polluted']).toBeUndefined()
     const broken = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload: '{"arguments":' })
     expect(broken.json()).toMatchObject({ code: 'BadRequest', detail: expect.stringContaining('not valid JSON') })
+  })
+
+  it('refuses prototype-poisoning keys in arguments sent as a JSON string too', async () => {
+    const app = await buildTestApp()
+    const response = await app.inject({
+      method: 'POST',
+      url: '/v1/tools/write_file/execute',
+      payload: { arguments: JSON.stringify({ path: 'a', content: 'x' }).replace('}', ',"__proto__":{"polluted":1}}') },
+    })
+    expect(response.statusCode).toBe(400)
+    expect(response.json()).toMatchObject({ code: 'InvalidArgs', detail: expect.stringContaining('__proto__') })
   })
 
   it('takes an empty JSON body of a bodiless request as no body (a DELETE as the Python MCP SDK sends it)', async () => {

@@ -6,23 +6,10 @@
  * `constructor.prototype`) are refused with a message that names them.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import secureJson from 'secure-json-parse'
 import { ToolError } from '../../errors.ts'
+import { JsonTextError, parseJsonText } from '../../execution/json-text.ts'
 
 const BODILESS_METHODS = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS'])
-
-/** A JSON text as a value, the way every body is read. */
-export function parseJsonText (text: string): unknown {
-  try {
-    return secureJson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' })
-  } catch (error) {
-    const message = (error as Error).message
-    if (/forbidden (prototype|constructor) property/.test(message)) {
-      throw new ToolError('BadRequest', 'the body holds a "__proto__" key, or "constructor" with "prototype": such keys are refused')
-    }
-    throw new ToolError('BadRequest', `the body is not valid JSON: ${message.split('\n')[0] ?? ''}`)
-  }
-}
 
 /**
  * Installs the JSON parser on `app` (and the plugins it registers later);
@@ -34,7 +21,7 @@ export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request: FastifyRequest, body, done) => {
     const text = String(body)
     try {
-      if (text.trim() !== '') return done(null, parseJsonText(text))
+      if (text.trim() !== '') return done(null, parseBody(text))
       if (BODILESS_METHODS.has(request.method)) return done(null, undefined)
       if (emptyBody) return done(null, emptyBody())
       throw new ToolError('BadRequest', 'the body is empty; send a JSON object')
@@ -42,4 +29,13 @@ export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown
       done(error as Error, undefined)
     }
   })
+}
+
+function parseBody (text: string): unknown {
+  try {
+    return parseJsonText(text)
+  } catch (error) {
+    if (error instanceof JsonTextError) throw new ToolError('BadRequest', `the body ${error.message}`)
+    throw error
+  }
 }
