@@ -10,7 +10,7 @@
  * Archives out (downloads) are archive-pack.ts.
  */
 import { randomUUID } from 'node:crypto'
-import { lstat, mkdir, readdir, readlink, rename, rm, symlink } from 'node:fs/promises'
+import { lstat, mkdir, readdir, readlink, realpath, rename, rm, symlink } from 'node:fs/promises'
 import path from 'node:path'
 import { type Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
@@ -61,9 +61,10 @@ function refusal (entry: tar.ReadEntry | tar.Header, stagingDir: string): string
  * conservative check). `body` is read, never destroyed: after a refusal the
  * caller still answers on its connection.
  */
-export async function extractArchive (body: Readable, workspaceDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
-  const staging = path.join(path.dirname(workspaceDir), `.staging-${randomUUID()}`)
-  await mkdir(staging)
+export async function extractArchive (body: Readable, workspaceDir: string, stagingDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
+  // Named by its start, so that one a crash abandoned is recognised and removed by the sweep.
+  const staging = path.join(stagingDir, `${Date.now()}-${randomUUID()}`)
+  await mkdir(staging, { recursive: true })
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [] }
   try {
     await unpackInto(body, staging, limits, report, signal)
@@ -186,6 +187,10 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
     const rel = relative === '' ? name : `${relative}/${name}`
     const source = path.join(fromDir, rel)
     const info = await lstat(source)
+    if (info.isSymbolicLink() && !await linkStaysInside(source, await readlink(source), fromDir)) {
+      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace through another link' })
+      continue
+    }
     let target
     try {
       target = await resolveInWorkspace(workspaceDir, rel)
@@ -214,4 +219,23 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
     }
     if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
   }
+}
+
+/**
+ * Whether a staged link leads into the staged tree, followed as the kernel
+ * would (`u/..` goes up from where the link `u` points, not from `u`'s
+ * directory): the deepest existing part of its target must resolve inside.
+ */
+async function linkStaysInside (link: string, target: string, stagingDir: string): Promise<boolean> {
+  let candidate = `${path.dirname(link)}/${target}`
+  while (candidate.length >= stagingDir.length) {
+    try {
+      return isInside(stagingDir, await realpath(candidate))
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') return false
+    }
+    candidate = candidate.slice(0, candidate.lastIndexOf('/'))
+  }
+  return false
 }

@@ -41,6 +41,11 @@ export class WorkspaceLayout {
     return path.join(this.root, 'trash')
   }
 
+  /** Where archive uploads are unpacked before they move into their workspace. */
+  get stagingDir (): string {
+    return path.join(this.root, 'staging')
+  }
+
   metaFile (tenant: string, id: string): string {
     return path.join(this.#metaDir(tenant), `${directoryNameOf(id)}.json`)
   }

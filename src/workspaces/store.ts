@@ -69,6 +69,13 @@ interface Entry extends WorkspaceRecord {
   made: boolean
 }
 
+/**
+ * A staged upload older than this was abandoned (its instance stopped while
+ * unpacking): an upload's body must arrive within the request timeout, and
+ * it is unpacked as it arrives.
+ */
+const ABANDONED_UPLOAD_MS = 60 * 60 * 1000
+
 const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
 const DEFAULT_RECHECK_MS = 1000
 
@@ -86,6 +93,11 @@ export class WorkspaceStore {
   constructor (options: WorkspaceStoreOptions) {
     this.#options = options
     this.#ephemeral = new EphemeralWorkspaces(options.log)
+  }
+
+  /** Where archive uploads are unpacked first (after `init`): on the workspaces' filesystem, out of the tools' reach. */
+  get stagingDir (): string {
+    return this.#layout.stagingDir
   }
 
   /** The canonical root directory (after `init`). */
@@ -238,7 +250,8 @@ export class WorkspaceStore {
       removed++
     }
     if (removed > 0) this.#options.log.info({ removed }, 'expired workspaces removed')
-    // Removals that failed before (or were cut short by a restart) are tried again.
+    // Uploads and removals that a crash or restart cut short, and removals that failed before, are tried again.
+    await this.#trash?.collectAbandoned(this.#layout.stagingDir, ABANDONED_UPLOAD_MS, now)
     await this.#trash?.empty()
     await this.#ephemeral.sweep()
     return removed

@@ -43,6 +43,21 @@ export class WorkspaceTrash {
     this.#log = log
   }
 
+  /**
+   * Moves into the trash the entries of `dir` named `<start ms>-…` that
+   * started more than `maxAgeMs` ago: staged uploads a crash or restart
+   * abandoned. Never rejects.
+   */
+  async collectAbandoned (dir: string, maxAgeMs: number, now = Date.now()): Promise<void> {
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      const started = Number.parseInt(name, 10)
+      if (!Number.isFinite(started) || now - started < maxAgeMs) continue
+      await moveToTrash(path.join(dir, name), this.#dir).catch((error: unknown) => {
+        this.#log.warn({ err: error, entry: name }, 'could not move an abandoned upload to the trash')
+      })
+    }
+  }
+
   /** Removes what is in the trash; what cannot be removed now is logged and left for the next time. Never rejects. */
   async empty (): Promise<void> {
     const names = await readdir(this.#dir).catch(() => [] as string[])

@@ -263,3 +263,62 @@ describe('scopes for changes', () => {
     expectProblem(await requestAs(app, 'reader', 'GET', '/v1/workspaces/shared'), 404, 'NotFound')
   })
 })
+
+describe('what the review of the hardening found', () => {
+  it('skips an uploaded link that leaves through another link (`t → u/..` with `u → .`)', async () => {
+    const app = await buildTestApp()
+    // `t` before `u`: when `t` is unpacked there is no link `u` yet to be refused through.
+    const archive = tarOf([
+      { name: 't', type: 'symlink', linkname: 'u/..' },
+      { name: 'u', type: 'symlink', linkname: '.' },
+      { name: 'ok', type: 'symlink', linkname: 'kept' },
+    ])
+    const response = await requestAs(app, null, 'PUT', '/v1/workspaces/links/archive', archive, { 'content-type': 'application/gzip' })
+    expect(response.status, JSON.stringify(response.body)).toBe(200)
+    const report = response.body as { symlinks: number, skipped: Array<{ path: string }> }
+    expect(report.skipped.map((entry) => entry.path)).toEqual(['t'])
+    expect(report.symlinks).toBe(2)
+    const dir = path.join(app.runtime.workspaces.root, 'tenants', 'default', 'ws', 'links')
+    expect(existsSync(path.join(dir, 't'))).toBe(false)
+    expect(await readlink(path.join(dir, 'ok'))).toBe('kept')
+  })
+
+  it('removes uploads a crash left staged, once they are an hour old, and leaves newer ones', async () => {
+    const app = await buildTestApp()
+    const staging = app.runtime.workspaces.stagingDir
+    const abandoned = path.join(staging, `${Date.now() - 2 * 3600_000}-abandoned`)
+    const current = path.join(staging, `${Date.now()}-current`)
+    await mkdir(path.join(abandoned, 'deep', 'er'), { recursive: true })
+    await writeFile(path.join(abandoned, 'deep', 'er', 'file'), 'left by a crash')
+    await mkdir(current, { recursive: true })
+    await app.runtime.workspaces.sweep()
+    await until(async () => !existsSync(abandoned) && (await readdir(path.join(app.runtime.workspaces.root, 'trash')).catch(() => [])).length === 0)
+    expect(existsSync(current)).toBe(true)
+  })
+
+  it('bounds downloads by a limiter of their own: a client that stops reading holds no slot a tool call needs', async () => {
+    const { server, root } = await serve({ limits: { max_concurrent: 2, max_queue: 0 } })
+    await createWorkspace(server.base, 'big')
+    // Incompressible, so that the answer fills the socket buffers and the packing waits for the reader.
+    await run('head', ['-c', String(32 * 1024 * 1024), '/dev/urandom'], { maxBuffer: 64 * 1024 * 1024, encoding: 'buffer' }).then(({ stdout }) => writeFile(path.join(root, 'tenants', 'default', 'ws', 'big', 'noise'), stdout))
+    const stalled = await new Promise<http.ClientRequest>((resolve, reject) => {
+      const request = http.get(`${server.base}/v1/workspaces/big/archive`, (response) => {
+        expect(response.statusCode).toBe(200)
+        response.pause()
+        resolve(request)
+      })
+      request.on('error', reject)
+    })
+    try {
+      const second = await fetch(`${server.base}/v1/workspaces/big/archive`)
+      expect(second.status).toBe(503)
+      expect((await second.json() as { code: string }).code).toBe('Overloaded')
+      const call = await fetch(`${server.base}/v1/tools/exec_shell/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ arguments: { command: 'echo still serving' } }) })
+      expect(call.status).toBe(200)
+    } finally {
+      stalled.destroy()
+    }
+    // The slot comes back when the stalled client goes.
+    await until(async () => (await fetch(`${server.base}/v1/workspaces/big/archive`).then(async (r) => { await r.arrayBuffer(); return r.status })) === 200)
+  })
+})

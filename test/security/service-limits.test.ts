@@ -62,7 +62,6 @@ describe('batches', () => {
     expect(results[1]?.error?.code).toBe('InvalidArgs')
   })
 
-
   it('a parallel batch larger than the limiter runs whole: its calls wait for each other, none is refused', async () => {
     const app = await buildTestApp({ limits: { max_concurrent: 2, max_queue: 0 } })
     const calls = Array.from({ length: 12 }, (_, i) => ({ id: `c${i}`, name: 'exec_shell', arguments: { command: `sleep 0.05; echo ${i}` } }))

@@ -9,7 +9,7 @@ import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
 import { extractArchive } from '../../workspaces/archive-extract.ts'
 import { packWorkspace } from '../../workspaces/archive-pack.ts'
-import type { Release } from '../../execution/limiter.ts'
+import { Limiter, type Release } from '../../execution/limiter.ts'
 import { workspaceQuota } from '../../workspaces/quotas.ts'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
@@ -29,6 +29,13 @@ const ExtractReply = Type.Object({
 
 export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   const store = runtime.workspaces
+  const serviceLimits = runtime.config.limits
+  const downloads = new Limiter({
+    name: 'archive downloads',
+    maxConcurrent: Math.max(1, Math.ceil(serviceLimits.max_concurrent / 4)),
+    maxQueue: serviceLimits.max_queue,
+    queueTimeoutMs: serviceLimits.queue_timeout_ms,
+  })
   // The body is read as the extraction goes, never buffered (extractArchive counts and bounds it).
   app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, (_request, payload, done) => { done(null, payload) })
 
@@ -47,7 +54,7 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       const maxBodyBytes = runtime.config.server.body_limit_bytes
       if (Number(request.headers['content-length']) > maxBodyBytes) throw new ToolError('PayloadTooLarge', `the body is larger than ${maxBodyBytes} bytes`)
       const { signal } = callerOf(request, reply)
-      const release = await serviceSlot(runtime, signal)
+      const release = await slotOf(runtime.limiter, runtime, signal)
       try {
         const { tenant } = request.principal
         const existed = await store.find(tenant, request.params.id).then(() => true, () => false)
@@ -55,7 +62,7 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
         try {
           const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes, maxBodyBytes }
           const quota = workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes)
-          return { id: request.params.id, ...await extractArchive(body, lease.dir, limits, quota, signal) }
+          return { id: request.params.id, ...await extractArchive(body, lease.dir, store.stagingDir, limits, quota, signal) }
         } catch (error) {
           // A refused upload leaves nothing behind, not even the workspace it would have created.
           await lease.release()
@@ -75,20 +82,24 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   })
 
   app.get('/v1/workspaces/:id/archive', {
-    schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 404) },
+    schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 404, 503) },
   }, async (request, reply) => {
     const record = await store.find(request.principal.tenant, request.params.id)
+    // Packing costs CPU for as long as the client reads, so downloads are bounded; by a limiter of their
+    // own, so that clients that stop reading cannot hold the slots tool calls need.
+    const release = await slotOf(downloads, runtime, callerOf(request, reply).signal)
+    reply.raw.once('close', release)
     const filename = `${record.id.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 100)}.tar.gz`
     return reply.type('application/gzip').header('content-disposition', `attachment; filename="${filename}"`).send(packWorkspace(record.dir, request.log as Logger))
   })
 }
 
-/** An upload holds a slot of the service's limiter, as a tool call does; refused ones count in the same metric. */
-async function serviceSlot (runtime: Runtime, signal: AbortSignal): Promise<Release> {
+/** A slot of `limiter`; refusals count in the metric of every limiter's refusals. */
+async function slotOf (limiter: Limiter, runtime: Runtime, signal: AbortSignal): Promise<Release> {
   try {
-    return await runtime.limiter.acquire(signal)
+    return await limiter.acquire(signal)
   } catch (error) {
-    if (error instanceof ToolError && error.code === 'Overloaded') runtime.metrics.rejections.inc({ limiter: runtime.limiter.options.name })
+    if (error instanceof ToolError && error.code === 'Overloaded') runtime.metrics.rejections.inc({ limiter: limiter.options.name })
     throw error
   }
 }
