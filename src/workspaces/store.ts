@@ -16,7 +16,7 @@
  * anything another instance may have renewed. Each instance needs its own
  * ephemeral root (it is emptied at start).
  *
- * A deleted workspace goes to the trash at once (workspace-trash.ts): its id
+ * A deleted workspace goes to the trash at once (trash.ts): its id
  * is free, and its files are removed off the request path; what is left
  * there is removed again at start and on every sweep, as are ephemeral
  * workspaces whose removal failed.
@@ -30,21 +30,11 @@ import { directorySize } from './directory-size.ts'
 import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
 import { validateWorkspaceId } from './ids.ts'
 import { WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
+import { describeWorkspace, type WorkspaceInfo, type WorkspaceRecord } from './record.ts'
 import { WorkspaceTrash } from './trash.ts'
 
 export type { WorkspaceLease } from './ephemeral.ts'
-
-export interface WorkspaceRecord extends WorkspaceMeta {
-  dir: string
-}
-
-export interface WorkspaceInfo {
-  id: string
-  created_at: string
-  expires_at: string
-  files: number
-  bytes: number
-}
+export type { WorkspaceInfo, WorkspaceRecord } from './record.ts'
 
 export interface WorkspaceStoreOptions {
   root: string
@@ -359,13 +349,4 @@ function metaOf ({ tenant, id, createdAt, expiresAt, ttlSeconds }: Entry): Works
 
 function quotaError (limit: number): ToolError {
   return new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
-}
-
-/** The API shape of a record (creation answer). */
-export function describeWorkspace (record: WorkspaceRecord): Omit<WorkspaceInfo, 'files' | 'bytes'> {
-  return {
-    id: record.id,
-    created_at: new Date(record.createdAt).toISOString(),
-    expires_at: new Date(record.expiresAt).toISOString(),
-  }
 }

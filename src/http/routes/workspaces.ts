@@ -2,7 +2,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { Runtime } from '../../runtime.ts'
-import { describeWorkspace } from '../../workspaces/store.ts'
+import { describeWorkspace } from '../../workspaces/record.ts'
 import { installJsonBody } from '../plugins/json-body.ts'
 import { problems } from '../schemas.ts'
 import { ensureMayChangeFiles, IdParams } from '../workspace-access.ts'
