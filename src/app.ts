@@ -15,6 +15,7 @@ import { requestIdOf } from './execution/request-id.ts'
 import { healthRoutes } from './http/routes/health.ts'
 import { installJsonBody } from './http/plugins/json-body.ts'
 import { mcpRoutes } from './http/routes/mcp.ts'
+import { openApiToolRoutes } from './http/routes/openapi-tools.ts'
 import { installProblemHandlers, sendProblem } from './http/plugins/problem.ts'
 import { ToolError } from './errors.ts'
 import { ProblemSchema } from './http/schemas.ts'
@@ -106,6 +107,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(toolCallRoutes, { runtime })
   await app.register(workspaceRoutes, { runtime })
   await app.register(archiveRoutes, { runtime })
+  await app.register(openApiToolRoutes, { runtime })
   await app.register(mcpRoutes, { runtime })
 
   await runtime.start()

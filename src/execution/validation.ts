@@ -36,8 +36,36 @@ function describeError (error: ErrorObject): string {
   return `${where} ${error.message ?? 'is invalid'}`
 }
 
+type Schema = Record<string, unknown>
+const isSchema = (value: unknown): value is Schema => typeof value === 'object' && value !== null && !Array.isArray(value)
+
+function admitsNull (schema: unknown): boolean {
+  if (!isSchema(schema)) return true
+  const type = schema['type']
+  if (type === 'null' || (Array.isArray(type) && type.includes('null'))) return true
+  if (Array.isArray(schema['anyOf'])) return schema['anyOf'].some(admitsNull)
+  return type === undefined && !('enum' in schema) && !('const' in schema) && !('$ref' in schema)
+}
+
+/**
+ * Removes, in place, the optional members sent as `null` that their schema
+ * does not admit: OpenAI's strict mode makes every optional argument
+ * nullable, and a model then sends null for "absent".
+ */
+export function dropNullOptionals (schema: unknown, value: unknown): void {
+  if (!isSchema(schema) || !isSchema(value) || !isSchema(schema['properties'])) return
+  const properties = schema['properties']
+  const required = new Set(Array.isArray(schema['required']) ? schema['required'] as string[] : [])
+  for (const [key, member] of Object.entries(value)) {
+    const memberSchema = properties[key]
+    if (member === null && !required.has(key) && memberSchema !== undefined && !admitsNull(memberSchema)) delete value[key]
+    else dropNullOptionals(memberSchema, member)
+  }
+}
+
 /** Throws InvalidArgs naming every problem when `args` do not satisfy the tool's schema. */
 export function validateArguments (tool: AnyTool, args: Record<string, unknown>, log: Logger): void {
+  dropNullOptionals(tool.parameters, args)
   let validate = validators.get(tool)
   if (validate === undefined) {
     validate = compile(tool, log)

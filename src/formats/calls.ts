@@ -1,7 +1,9 @@
 /**
- * Tool calls as models emit them, in the three shapes a batch accepts:
- * native `{id, name, arguments}`, OpenAI `{id, type: "function", function:
- * {name, arguments}}` and Anthropic `{type: "tool_use", id, name, input}`.
+ * Tool calls as models emit them, in the four shapes a batch accepts:
+ * native `{id, name, arguments}`, OpenAI Chat Completions `{id, type:
+ * "function", function: {name, arguments}}`, OpenAI Responses `{type:
+ * "function_call", call_id, name, arguments}` (its `id`, `fc_…`, is not the
+ * call's id) and Anthropic `{type: "tool_use", id, name, input}`.
  */
 import { ToolError } from '../errors.ts'
 
@@ -24,7 +26,9 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
 const cut = (text: string): string => text.length <= MAX_CALL_ID_CHARS ? text : `${text.slice(0, MAX_CALL_ID_CHARS)}…`
 
 function rawId (item: unknown): string | undefined {
-  return isObject(item) && typeof item['id'] === 'string' ? item['id'] : undefined
+  if (!isObject(item)) return undefined
+  const key = item['type'] === 'function_call' ? 'call_id' : 'id'
+  return typeof item[key] === 'string' ? item[key] : undefined
 }
 
 function rawName (item: unknown): string {
@@ -44,13 +48,14 @@ export function callNameOf (item: unknown): string {
   return cut(rawName(item))
 }
 
-/** Reads one call in any of the three shapes; InvalidArgs when it is none of them. */
+/** Reads one call in any of the four shapes; InvalidArgs when it is none of them. */
 export function parseCall (item: unknown, index: number): ParsedCall {
   if (!isObject(item)) throw new ToolError('InvalidArgs', `calls[${index}] must be an object`)
   if ((rawId(item)?.length ?? 0) > MAX_CALL_ID_CHARS || rawName(item).length > MAX_CALL_ID_CHARS) {
     throw new ToolError('InvalidArgs', `calls[${index}]: a call id or tool name longer than ${MAX_CALL_ID_CHARS} characters`)
   }
   const id = callIdOf(item, index)
+  if (item['type'] === 'function_call' && typeof item['call_id'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].call_id must be a string`)
   if (item['type'] === 'function' || isObject(item['function'])) {
     const fn = item['function']
     if (!isObject(fn) || typeof fn['name'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].function.name must be a string`)

@@ -1,8 +1,14 @@
-/** The catalog in the four formats of the contract. One tool schema serves them all. */
+/** The catalog in the formats of the contract. One tool schema serves them all. */
 import type { AnyTool } from '../execution/tool.ts'
+import { toStrictSchema } from './strict-schema.ts'
 
-export const CATALOG_FORMATS = ['native', 'openai', 'anthropic', 'mcp'] as const
+export const CATALOG_FORMATS = ['native', 'openai', 'responses', 'anthropic', 'mcp'] as const
 export type CatalogFormat = typeof CATALOG_FORMATS[number]
+
+export interface CatalogOptions {
+  /** OpenAI's strict mode (`openai` and `responses`): rewritten schemas, and `strict` on each function. */
+  strict?: boolean
+}
 
 /** Plain JSON of a schema (TypeBox adds symbol keys; they never leave the process anyway). */
 const parametersOf = (tool: AnyTool): Record<string, unknown> => tool.parameters
@@ -12,12 +18,23 @@ export function nativeEntry (tool: AnyTool): { name: string, description: string
   return { name: tool.name, description: tool.description, parameters: parametersOf(tool), source: tool.source }
 }
 
-export function catalogEntry (tool: AnyTool, format: CatalogFormat): Record<string, unknown> {
+/** An OpenAI function: its parameters, and with strict mode asked for, whether they could be made strict. */
+function openAiFunction (tool: AnyTool, options: CatalogOptions): Record<string, unknown> {
+  const base = { name: tool.name, description: tool.description }
+  if (options.strict !== true) return { ...base, parameters: parametersOf(tool) }
+  const strict = toStrictSchema(tool.parameters)
+  return strict ? { ...base, parameters: strict, strict: true } : { ...base, parameters: parametersOf(tool), strict: false }
+}
+
+export function catalogEntry (tool: AnyTool, format: CatalogFormat, options: CatalogOptions = {}): Record<string, unknown> {
   switch (format) {
     case 'native':
       return nativeEntry(tool)
     case 'openai':
-      return { type: 'function', function: { name: tool.name, description: tool.description, parameters: parametersOf(tool) } }
+      return { type: 'function', function: openAiFunction(tool, options) }
+    case 'responses':
+      // The Responses API takes a function without `strict` as strict: say false unless asked.
+      return { type: 'function', strict: false, ...openAiFunction(tool, options) }
     case 'anthropic':
       return { name: tool.name, description: tool.description, input_schema: parametersOf(tool) }
     case 'mcp':
@@ -25,6 +42,6 @@ export function catalogEntry (tool: AnyTool, format: CatalogFormat): Record<stri
   }
 }
 
-export function catalog (tools: AnyTool[], format: CatalogFormat): { tools: Array<Record<string, unknown>> } {
-  return { tools: tools.map((tool) => catalogEntry(tool, format)) }
+export function catalog (tools: AnyTool[], format: CatalogFormat, options: CatalogOptions = {}): { tools: Array<Record<string, unknown>> } {
+  return { tools: tools.map((tool) => catalogEntry(tool, format, options)) }
 }

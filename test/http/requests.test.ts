@@ -59,7 +59,7 @@ describe('request problems', () => {
   it('names the allowed values of a query parameter', async () => {
     const app = await buildTestApp()
     const answer = expectProblem(await send(app, 'GET', '/v1/tools?format=xml'), 400, 'BadRequest')
-    expect(answer['detail']).toMatch(/native, openai, anthropic, mcp/)
+    expect(answer['detail']).toMatch(/native, openai, responses, anthropic, mcp/)
   })
 
   it('states the body limit in a 413', async () => {

@@ -1,6 +1,7 @@
 /**
- * POST /v1/tool-calls: the calls of one model turn, in any of the three call
- * shapes, answered with per-call results and ready-made tool messages.
+ * POST /v1/tool-calls: the calls of one model turn, in any of the call
+ * shapes, answered with per-call results and ready-made tool messages (and,
+ * for Anthropic, the one user message that carries them).
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { type Static, Type } from '@sinclair/typebox'
@@ -9,7 +10,7 @@ import type { Runtime } from '../../runtime.ts'
 import { WorkspaceScope } from '../../workspaces/scope.ts'
 import { toProblem, ToolError } from '../../errors.ts'
 import { callIdOf, callNameOf, parseCall } from '../../formats/calls.ts'
-import { MESSAGE_FORMATS, type MessageFormat, toolMessage } from '../../formats/messages.ts'
+import { anthropicUserMessage, MESSAGE_FORMATS, type MessageFormat, toolMessage } from '../../formats/messages.ts'
 import { callerOf } from '../caller.ts'
 import { AnyJson, JsonObject, problems } from '../schemas.ts'
 
@@ -17,7 +18,7 @@ import { AnyJson, JsonObject, problems } from '../schemas.ts'
 export const MAX_BATCH_CALLS = 256
 
 const BatchBody = Type.Object({
-  calls: Type.Array(AnyJson, { maxItems: MAX_BATCH_CALLS, description: `Calls in the native, OpenAI or Anthropic shape; at most ${MAX_BATCH_CALLS} (more: 400 BadRequest)` }),
+  calls: Type.Array(AnyJson, { maxItems: MAX_BATCH_CALLS, description: `Calls in the native, OpenAI Chat Completions, OpenAI Responses or Anthropic shape; at most ${MAX_BATCH_CALLS} (more: 400 BadRequest)` }),
   workspace: Type.Optional(Type.String()),
   format: Type.Optional(Type.Unsafe<MessageFormat>({ type: 'string', enum: [...MESSAGE_FORMATS], description: 'Format of the ready-made messages (default native)' })),
   parallel: Type.Optional(Type.Boolean({ description: 'Run the calls concurrently, at most limits.max_concurrent at once (default: in order)' })),
@@ -34,7 +35,11 @@ const BatchResult = Type.Object({
   duration_ms: Type.Number(),
 })
 
-const BatchReply = Type.Object({ results: Type.Array(BatchResult), messages: Type.Array(JsonObject) })
+const BatchReply = Type.Object({
+  results: Type.Array(BatchResult),
+  messages: Type.Array(JsonObject),
+  message: Type.Optional(Type.Object({ role: Type.Literal('user'), content: Type.Array(JsonObject) }, { description: 'format anthropic: the one user message holding the tool_result blocks' })),
+})
 
 async function runItem (runtime: Runtime, item: unknown, index: number, caller: Caller, workspace: WorkspaceScope): Promise<{ id: string, outcome: Outcome }> {
   let call
@@ -85,10 +90,9 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
       const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
       const done = await mapWithConcurrency(calls, width, run)
       const format = request.body.format ?? 'native'
-      return {
-        results: done.map(({ id, outcome }) => batchResult(id, outcome, request.id)),
-        messages: done.map(({ id, outcome }) => toolMessage(id, outcome, format)),
-      }
+      const messages = done.map(({ id, outcome }) => toolMessage(id, outcome, format))
+      const results = done.map(({ id, outcome }) => batchResult(id, outcome, request.id))
+      return format === 'anthropic' ? { results, messages, message: anthropicUserMessage(messages) } : { results, messages }
     } finally {
       await workspace.close()
     }

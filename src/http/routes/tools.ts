@@ -8,13 +8,17 @@ import { WorkspaceScope } from '../../workspaces/scope.ts'
 import { ToolError } from '../../errors.ts'
 import { catalog, CATALOG_FORMATS, type CatalogFormat, nativeEntry } from '../../formats/catalog.ts'
 import { callerOf } from '../caller.ts'
+import { notModified } from '../etag.ts'
 import { sendProblem } from '../plugins/problem.ts'
 import { AnyJson, JsonObject, problems, ToolEntry } from '../schemas.ts'
 
 const CatalogQuery = Type.Object({
   format: Type.Optional(Type.Unsafe<CatalogFormat>({ type: 'string', enum: [...CATALOG_FORMATS], description: 'Envelope of each tool (default native)' })),
   allowed: Type.Optional(Type.String({ description: 'Comma-separated globs over tool names; the only way to see internal_only MCP tools' })),
+  strict: Type.Optional(Type.Union([Type.Literal('true'), Type.Literal('false')], { description: 'OpenAI strict mode (formats openai and responses): strict schemas, and `strict` on each function' })),
 })
+
+const NotModified = Type.Null({ description: 'Not modified: the If-None-Match ETag is current' })
 
 const NameParams = Type.Object({ name: Type.String({ minLength: 1, maxLength: 256 }) })
 
@@ -35,22 +39,24 @@ const ExecuteReply = Type.Object({
 /** The catalog, one tool, and one call. */
 export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.get('/v1/tools', {
-    schema: { summary: 'The tool catalog, sorted by name', tags: ['tools'], querystring: CatalogQuery, response: { 200: Type.Object({ tools: Type.Array(JsonObject) }), ...problems(400, 401) } },
-  }, async (request) => {
+    schema: { summary: 'The tool catalog, sorted by name', tags: ['tools'], querystring: CatalogQuery, response: { 200: Type.Object({ tools: Type.Array(JsonObject) }), 304: NotModified, ...problems(400, 401) } },
+  }, async (request, reply) => {
     // An empty `allowed=` filters nothing, as if absent.
     const allowed = (request.query.allowed ?? '').trim() === '' ? undefined : globMatcher(parseGlobList(request.query.allowed ?? ''))
     const tools = runtime.registry.list({ scope: request.principal.scope, allowed })
-    return catalog(tools, request.query.format ?? 'native')
+    const body = catalog(tools, request.query.format ?? 'native', { strict: request.query.strict === 'true' })
+    return notModified(request, reply, body) ? reply.send(null) : body
   })
 
   app.get('/v1/tools/:name', {
-    schema: { summary: 'One tool', tags: ['tools'], params: NameParams, response: { 200: ToolEntry, ...problems(401, 404) } },
-  }, async (request) => {
+    schema: { summary: 'One tool', tags: ['tools'], params: NameParams, response: { 200: ToolEntry, 304: NotModified, ...problems(401, 404) } },
+  }, async (request, reply) => {
     const tool = runtime.registry.get(request.params.name)
     // Out of scope looks exactly like absent: a token must not learn what it cannot use.
     if (!tool || !request.principal.scope(tool.name)) throw new ToolError('NotFound', `no tool named ${JSON.stringify(request.params.name)}`)
     request.toolName = tool.name
-    return nativeEntry(tool)
+    const body = nativeEntry(tool)
+    return notModified(request, reply, body) ? reply.send(null) : body
   })
 
   app.post('/v1/tools/:name/execute', {

@@ -1,0 +1,49 @@
+/** OpenAI strict mode: the rewriting (src/formats/strict-schema.ts) held against a checker written from OpenAI's rules. */
+import { describe, expect, it } from 'vitest'
+import { toStrictSchema } from '../../src/formats/strict-schema.ts'
+import { strictViolations } from '../support/openai-strict.ts'
+
+describe('strict schemas', () => {
+  it('closes objects, requires every property and makes the optional ones nullable', () => {
+    const strict = toStrictSchema({
+      type: 'object',
+      properties: {
+        path: { type: 'string', description: 'p', minLength: 1 },
+        offset: { type: 'integer', minimum: 1 },
+        mode: { type: 'string', enum: ['a', 'b'] },
+        nested: { type: 'object', properties: { deep: { type: 'boolean' } } },
+        list: { type: 'array', items: { type: 'object', properties: { x: { type: 'number' } }, required: ['x'] } },
+      },
+      required: ['path'],
+    })
+    expect(strict).toEqual({
+      type: 'object',
+      properties: {
+        path: { type: 'string', description: 'p' },
+        offset: { type: ['integer', 'null'], minimum: 1 },
+        mode: { anyOf: [{ type: 'string', enum: ['a', 'b'] }, { type: 'null' }] },
+        nested: { type: ['object', 'null'], properties: { deep: { type: ['boolean', 'null'] } }, required: ['deep'], additionalProperties: false },
+        list: { type: ['array', 'null'], items: { type: 'object', properties: { x: { type: 'number' } }, required: ['x'], additionalProperties: false } },
+      },
+      required: ['path', 'offset', 'mode', 'nested', 'list'],
+      additionalProperties: false,
+    })
+    expect(strictViolations(strict)).toEqual([])
+  })
+
+  it('has no strict form for what cannot be closed or is not supported', () => {
+    expect(toStrictSchema({ type: 'object', properties: { env: { type: 'object', additionalProperties: { type: 'string' } } } })).toBeUndefined()
+    expect(toStrictSchema({ type: 'object', properties: { any: { type: 'object' } } })).toBeUndefined()
+    expect(toStrictSchema({ type: 'object', properties: { v: { oneOf: [{ type: 'string' }, { type: 'number' }] } } })).toBeUndefined()
+    expect(toStrictSchema({ type: 'object', properties: { t: { type: 'array', items: [{ type: 'string' }] } } })).toBeUndefined()
+    expect(toStrictSchema({ type: 'string' })).toBeUndefined()
+  })
+
+  it('the checker itself catches what a strict schema must not have', () => {
+    expect(strictViolations({ type: 'object', properties: { a: { type: 'string' } } })).toEqual([
+      'parameters: additionalProperties must be false',
+      'parameters: property a is not required',
+    ])
+    expect(strictViolations({ type: 'object', properties: {}, additionalProperties: false, oneOf: [] })).toEqual(['parameters: unsupported keyword oneOf'])
+  })
+})

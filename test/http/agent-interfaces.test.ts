@@ -1,0 +1,147 @@
+/**
+ * The interfaces today's agent clients use: OpenAI Chat Completions with
+ * strict mode, OpenAI Responses, Anthropic's user message, catalog ETags, and
+ * each tool as an OpenAPI operation. Shapes are held against the `openai` and
+ * `@anthropic-ai/sdk` packages' own types (checked by the typecheck).
+ */
+import SwaggerParser from '@apidevtools/swagger-parser'
+import type { MessageParam } from '@anthropic-ai/sdk/resources/messages/messages'
+import type { ChatCompletionTool } from 'openai/resources/chat/completions/completions'
+import type { FunctionTool, ResponseInputItem } from 'openai/resources/responses/responses'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp } from '../helper.ts'
+import { strictViolations } from '../support/openai-strict.ts'
+
+const ALL = { tools: { builtin: ['*'] } }
+
+describe('OpenAI Chat Completions, strict mode', () => {
+  it('makes every built-in strict where it can, each passing OpenAI\'s rules; the others stay as they are with strict false', async () => {
+    const app = await buildTestApp(ALL)
+    const response = await app.inject({ url: '/v1/tools?format=openai&strict=true' })
+    expect(response.statusCode).toBe(200)
+    const tools = response.json().tools as ChatCompletionTool[]
+    expect(tools.length).toBeGreaterThan(10)
+    for (const tool of tools) {
+      if (tool.type !== 'function') throw new Error('not a function tool')
+      expect(typeof tool.function.strict).toBe('boolean')
+      if (tool.function.strict === true) expect(strictViolations(tool.function.parameters), tool.function.name).toEqual([])
+    }
+    // Every built-in has a strict form but web_fetch, whose headers are a map of free names: it is listed unchanged.
+    const loose = tools.filter((tool) => tool.type === 'function' && tool.function.strict !== true)
+    expect(loose.map((tool) => tool.type === 'function' && tool.function.name)).toEqual(['web_fetch'])
+    const native = (await app.inject({ url: '/v1/tools/web_fetch' })).json()
+    expect(loose[0]?.type === 'function' && loose[0].function.parameters).toEqual(native.parameters)
+    // Without strict=true nothing is rewritten and no strict member is added.
+    const plain = (await app.inject({ url: '/v1/tools?format=openai' })).json().tools as ChatCompletionTool[]
+    expect(plain.every((tool) => tool.type === 'function' && tool.function.strict === undefined)).toBe(true)
+  })
+
+  it('takes null for an optional argument as absent, as a strict-mode model sends it', async () => {
+    const app = await buildTestApp()
+    await app.inject({ method: 'POST', url: '/v1/tools/write_file/execute', payload: { workspace: 'nulls', arguments: { path: 'a.txt', content: 'one\ntwo\nthree\n' } } })
+    const response = await app.inject({
+      method: 'POST',
+      url: '/v1/tools/read_file/execute',
+      payload: { workspace: 'nulls', arguments: JSON.stringify({ path: 'a.txt', offset: null, limit: null }) },
+    })
+    expect(response.statusCode).toBe(200)
+    expect(response.json().result).toEqual({ content: 'one\ntwo\nthree\n' })
+    // A required argument sent as null is still refused.
+    const refused = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { arguments: { path: null } } })
+    expect(refused.json()).toMatchObject({ code: 'InvalidArgs' })
+  })
+})
+
+describe('OpenAI Responses', () => {
+  it('lists flat function tools, strict false unless asked (the Responses API takes an absent strict as true)', async () => {
+    const app = await buildTestApp()
+    const tools = (await app.inject({ url: '/v1/tools?format=responses' })).json().tools as FunctionTool[]
+    expect(tools.find((tool) => tool.name === 'read_file')).toMatchObject({ type: 'function', name: 'read_file', strict: false, parameters: { type: 'object' } })
+    const strict = (await app.inject({ url: '/v1/tools?format=responses&strict=true' })).json().tools as FunctionTool[]
+    for (const tool of strict) {
+      expect(tool.strict, tool.name).toBe(tool.name !== 'web_fetch')
+      if (tool.strict === true) expect(strictViolations(tool.parameters)).toEqual([])
+    }
+  })
+
+  it('runs function_call items and answers function_call_output items keyed by call_id, not the item id', async () => {
+    const app = await buildTestApp()
+    const calls = [
+      { type: 'function_call', id: 'fc_1', call_id: 'call_write', name: 'write_file', arguments: JSON.stringify({ path: 'r.txt', content: 'responses' }) },
+      { type: 'function_call', id: 'fc_2', call_id: 'call_read', name: 'read_file', arguments: JSON.stringify({ path: 'r.txt' }) },
+      { type: 'function_call', id: 'fc_3', call_id: 'call_missing', name: 'read_file', arguments: JSON.stringify({ path: 'nope.txt' }) },
+    ]
+    const response = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls, format: 'responses' } })
+    expect(response.statusCode).toBe(200)
+    const body = response.json() as { results: Array<{ id: string }>, messages: ResponseInputItem.FunctionCallOutput[] }
+    expect(body.results.map((result) => result.id)).toEqual(['call_write', 'call_read', 'call_missing'])
+    expect(body.messages.map((message) => [message.type, message.call_id])).toEqual([
+      ['function_call_output', 'call_write'], ['function_call_output', 'call_read'], ['function_call_output', 'call_missing'],
+    ])
+    expect(JSON.parse(body.messages[1]?.output as string)).toEqual({ content: 'responses' })
+    expect(JSON.parse(body.messages[2]?.output as string)).toEqual({ error: expect.stringContaining('file not found') })
+    // A function_call without call_id is refused by itself.
+    const bad = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls: [{ type: 'function_call', id: 'fc_9', name: 'read_file', arguments: '{}' }] } })
+    expect(bad.json().results[0]).toMatchObject({ ok: false, status: 400 })
+  })
+})
+
+describe('Anthropic', () => {
+  it('answers a batch with the one user message that holds the tool_result blocks', async () => {
+    const app = await buildTestApp()
+    const calls = [{ type: 'tool_use', id: 'toolu_1', name: 'list_directory', input: { path: '.' } }, { type: 'tool_use', id: 'toolu_2', name: 'read_file', input: { path: 'x' } }]
+    const body = (await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls, format: 'anthropic' } })).json()
+    const message: MessageParam = body.message
+    expect(message.role).toBe('user')
+    expect(message.content).toEqual(body.messages)
+    expect(body.messages.map((block: { tool_use_id: string, is_error: boolean }) => [block.tool_use_id, block.is_error])).toEqual([['toolu_1', false], ['toolu_2', true]])
+    // Other formats carry no such member.
+    const native = (await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls } })).json()
+    expect(native.message).toBeUndefined()
+  })
+})
+
+describe('catalog ETags', () => {
+  it('answers 304 to a matching If-None-Match; the tag depends on format, filters and scope, and changes with the catalog', async () => {
+    const app = await buildTestApp()
+    const first = await app.inject({ url: '/v1/tools' })
+    const tag = first.headers['etag'] as string
+    expect(tag).toMatch(/^"[A-Za-z0-9_-]+"$/)
+    const again = await app.inject({ url: '/v1/tools', headers: { 'if-none-match': tag } })
+    expect(again.statusCode).toBe(304)
+    expect(again.body).toBe('')
+    expect((await app.inject({ url: '/v1/tools', headers: { 'if-none-match': '"other", ' + tag } })).statusCode).toBe(304)
+    expect((await app.inject({ url: '/v1/tools?format=openai', headers: { 'if-none-match': tag } })).statusCode).toBe(200)
+    expect((await app.inject({ url: '/v1/tools?allowed=read_*', headers: { 'if-none-match': tag } })).statusCode).toBe(200)
+    const one = await app.inject({ url: '/v1/tools/read_file' })
+    expect((await app.inject({ url: '/v1/tools/read_file', headers: { 'if-none-match': one.headers['etag'] as string } })).statusCode).toBe(304)
+    // The catalog changes: the old tag no longer matches.
+    app.runtime.registry.setGroup('builtin', 'extra', [{ name: 'extra_tool', description: 'x', parameters: { type: 'object', properties: {} }, source: 'builtin', execute: async () => 'x' }])
+    const changed = await app.inject({ url: '/v1/tools', headers: { 'if-none-match': tag } })
+    expect(changed.statusCode).toBe(200)
+    expect(changed.headers['etag']).not.toBe(tag)
+  })
+})
+
+describe('each tool as an OpenAPI operation', () => {
+  it('describes one invoke operation per tool of the caller\'s catalog, valid OpenAPI 3.1, and every operation can be invoked', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'reader', tenant: 'acme', allowed_tools: ['read_*', 'list_*', 'write_file'] }] } })
+    const headers = { authorization: 'Bearer reader' }
+    const document = (await app.inject({ url: '/v1/openapi/tools.json', headers })).json()
+    const parsed = await SwaggerParser.validate(structuredClone(document)) as { paths: Record<string, { post: { operationId: string, summary: string } }> }
+    const operations = Object.entries(parsed.paths).map(([route, item]) => ({ route, operationId: item.post.operationId }))
+    expect(operations.map((op) => op.operationId).sort()).toEqual(['list_directory', 'read_file', 'write_file'])
+    const argumentsFor: Record<string, unknown> = { write_file: { path: 'o.txt', content: 'openapi' }, read_file: { path: 'o.txt' }, list_directory: { path: '.' } }
+    for (const op of operations.sort((a) => (a.operationId === 'write_file' ? -1 : 1))) {
+      const response = await app.inject({ method: 'POST', url: op.route, headers: { ...headers, 'toolport-workspace': 'openapi' }, payload: argumentsFor[op.operationId] as object })
+      expect(response.statusCode, op.operationId).toBe(200)
+    }
+    const read = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke', headers: { ...headers, 'toolport-workspace': 'openapi' }, payload: { path: 'o.txt' } })
+    expect(read.json()).toEqual({ content: 'openapi' })
+    // Errors are problem+json; a tool outside the scope is 403.
+    const missing = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke', headers, payload: { path: 'none' } })
+    expect(missing.headers['content-type']).toContain('application/problem+json')
+    expect(missing.json()).toMatchObject({ code: 'FileNotFound', tool: 'read_file' })
+    expect((await app.inject({ method: 'POST', url: '/v1/tools/exec_shell/invoke', headers, payload: { command: 'true' } })).json()).toMatchObject({ code: 'PermissionDenied' })
+  })
+})
