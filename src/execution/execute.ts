@@ -10,9 +10,10 @@ import type { NameMatcher } from './globs.ts'
 import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
 import type { ToolRegistry } from './registry.ts'
-import type { AnyTool } from './tool.ts'
+import { type AnyTool, changesTreeFreely } from './tool.ts'
 import { clipText, fitStringMembers, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
+import { usageOf } from '../workspaces/usage.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
 
@@ -140,6 +141,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
         let cutByTool = false
+        // The workspace's usage cannot follow what a process does: it is stale from now until a scan after the call.
+        const endChange = changesTreeFreely(tool) ? usageOf(lease.dir).beginChange() : undefined
         const raw = await tool.execute(args, {
           workspaceDir: lease.dir,
           workspaceId: lease.id,
@@ -150,6 +153,9 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           tenant: caller.tenant,
           quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
           markTruncated: () => { cutByTool = true },
+        }).finally(() => {
+          // An ephemeral workspace goes with its scope: a scan would count what is about to be removed.
+          endChange?.({ rescan: lease.id !== null })
         })
         const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
         outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }

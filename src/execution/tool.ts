@@ -40,7 +40,27 @@ export interface Tool<Args = Record<string, unknown>> {
   internal?: boolean
   /** A per-tool concurrency limit (spawn's 5), taken after the global limiter. */
   limiter?: Limiter
+  /**
+   * Whether a call may change the workspace tree in ways the workspace's
+   * usage is not told of (a process, an executable, an MCP server): the
+   * usage is then scanned again after the call. When absent, see
+   * `changesTreeFreely`.
+   */
+  changesTreeFreely?: boolean
   execute: (args: Args, ctx: ToolContext) => Promise<unknown>
+}
+
+/** The built-in tools that run processes in the workspace. */
+const PROCESS_BUILTINS = new Set(['exec_shell', 'spawn', 'bash'])
+
+/**
+ * Whether a call of `tool` may change the workspace tree without telling its
+ * usage. Executables and MCP tools may; of the built-ins, those that run
+ * processes. The others only read, or write through the contained writes,
+ * which report their own deltas (workspace-fs/write.ts).
+ */
+export function changesTreeFreely (tool: AnyTool): boolean {
+  return tool.changesTreeFreely ?? (tool.source !== 'builtin' || PROCESS_BUILTINS.has(tool.name))
 }
 
 /** A tool with its argument type erased, as the registry holds it. */

@@ -1,5 +1,15 @@
-/** list_directory: the immediate children of a directory, sorted by name, with is_dir and size. */
-import { lstat, readdir } from 'node:fs/promises'
+/**
+ * list_directory: the immediate children of a directory, sorted by name, with
+ * is_dir and size.
+ *
+ * A directory may hold more entries than any answer can: the names are read
+ * one directory block at a time (opendir), keeping only the first few by
+ * name that can fit the result limit, and only those are measured. A cut
+ * listing keeps its leading entries and says so (`truncated`,
+ * `total_entries`), and the answer's `truncated` turns true, as for any
+ * result cut to its limit (execution/truncate.ts).
+ */
+import { lstat, opendir } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import { openContainedDirectory } from '../workspace-fs/open.ts'
@@ -8,8 +18,18 @@ import { defineBuiltin } from '../execution/define.ts'
 import { fsError } from '../workspace-fs/errors.ts'
 import { existingPath } from '../workspace-fs/read.ts'
 
-/** Beyond this many entries the listing is cut (and says so). */
-export const MAX_ENTRIES = 10_000
+interface Entry {
+  name: string
+  is_dir: boolean
+  size: number
+}
+
+/** The JSON of the smallest entry, `{"name":"x","is_dir":false,"size":0}`, and its comma. */
+const SMALLEST_ENTRY_BYTES = 38
+/** Entries measured at once. */
+const LSTATS_AT_ONCE = 64
+
+const byName = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
 
 export const listDirectoryTool = defineBuiltin({
   name: 'list_directory',
@@ -26,14 +46,13 @@ export const listDirectoryTool = defineBuiltin({
       throw (error as NodeJS.ErrnoException).code === 'ENOTDIR' ? new ToolError('InvalidArgs', `${args.path} is not a directory`) : fsError(error, args.path)
     }
     try {
-      const names = (await readdir(dir.at(''))).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
-      const shown = names.slice(0, MAX_ENTRIES)
-      // lstat: a symlink is listed as itself, never as what it points to (which may be outside).
-      const entries = await Promise.all(shown.map(async (name) => {
-        const info = await lstat(dir.at(name)).catch(() => null)
-        return { name, is_dir: info?.isDirectory() ?? false, size: info?.size ?? 0 }
-      }))
-      return names.length > MAX_ENTRIES ? { entries, truncated: true, total_entries: names.length } : { entries }
+      // No more entries than this can ever fit the result limit.
+      const room = Math.max(1, Math.floor(ctx.maxResultBytes / SMALLEST_ENTRY_BYTES))
+      const { names, total } = await firstNames(dir.at(''), room)
+      const entries = fitting(await measured(names, dir.at), total, ctx.maxResultBytes)
+      if (entries.length === total) return { entries }
+      ctx.markTruncated?.()
+      return { entries, truncated: true, total_entries: total }
     } catch (error) {
       throw fsError(error, args.path)
     } finally {
@@ -41,3 +60,41 @@ export const listDirectoryTool = defineBuiltin({
     }
   },
 })
+
+/** The first `count` names of the directory in name order, and how many it holds; at most twice `count` names held at once. */
+async function firstNames (directory: string, count: number): Promise<{ names: string[], total: number }> {
+  let names: string[] = []
+  let total = 0
+  for await (const entry of await opendir(directory)) {
+    total++
+    names.push(entry.name)
+    if (names.length >= count * 2) names = names.sort(byName).slice(0, count)
+  }
+  return { names: names.sort(byName).slice(0, count), total }
+}
+
+/** lstat: a symlink is listed as itself, never as what it points to (which may be outside). */
+async function measured (names: string[], at: (name: string) => string): Promise<Entry[]> {
+  const entries: Entry[] = []
+  for (let start = 0; start < names.length; start += LSTATS_AT_ONCE) {
+    entries.push(...await Promise.all(names.slice(start, start + LSTATS_AT_ONCE).map(async (name) => {
+      const info = await lstat(at(name)).catch(() => null)
+      return { name, is_dir: info?.isDirectory() ?? false, size: info?.size ?? 0 }
+    })))
+  }
+  return entries
+}
+
+/** The leading entries whose listing, with the cut's own members, fits in `maxBytes` of JSON. */
+function fitting (entries: Entry[], total: number, maxBytes: number): Entry[] {
+  if (entries.length === total && Buffer.byteLength(JSON.stringify({ entries })) <= maxBytes) return entries
+  let used = Buffer.byteLength(JSON.stringify({ entries: [], truncated: true, total_entries: total }))
+  let kept = 0
+  for (const entry of entries) {
+    const cost = Buffer.byteLength(JSON.stringify(entry)) + (kept > 0 ? 1 : 0)
+    if (used + cost > maxBytes) break
+    used += cost
+    kept++
+  }
+  return entries.slice(0, kept)
+}

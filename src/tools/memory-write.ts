@@ -4,7 +4,7 @@
  * never lost.
  */
 import { constants } from 'node:fs'
-import { open } from 'node:fs/promises'
+import { lstat, open } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { openContainedDirectory } from '../workspace-fs/open.ts'
 import { ToolError } from '../errors.ts'
@@ -31,7 +31,8 @@ export const memoryWriteTool = defineBuiltin({
         await ctx.quota?.ensureRoom(Buffer.byteLength(args.content) + 2)
         const dir = await openContainedDirectory(ctx.workspaceDir, 'memory', MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
         try {
-          await appendParagraph(dir.at('MEMORY.md'), args.content)
+          const { created, bytes } = await appendParagraph(dir.at('MEMORY.md'), args.content)
+          ctx.quota?.landed(created ? 1 : 0, bytes)
         } catch (error) {
           throw fsError(error, MEMORY_PATH)
         } finally {
@@ -47,8 +48,10 @@ export const memoryWriteTool = defineBuiltin({
   },
 })
 
-/** Appends `content`, separated from what is there by exactly one blank line. */
-async function appendParagraph (file: string, content: string): Promise<void> {
+/** Appends `content`, separated from what is there by exactly one blank line; answers the bytes added and whether the file is new. */
+async function appendParagraph (file: string, content: string): Promise<{ created: boolean, bytes: number }> {
+  // Whether the file is new, for the workspace's file count (only a process could race this; it makes the figure stale anyway).
+  const created = await lstat(file).then(() => false, () => true)
   // O_NOFOLLOW: a MEMORY.md that is a symlink is refused, never followed. O_NONBLOCK: one that is a
   // FIFO opens at once instead of holding a thread-pool thread, and is refused below.
   const handle = await open(file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o644)
@@ -64,7 +67,9 @@ async function appendParagraph (file: string, content: string): Promise<void> {
       const text = tail.toString('latin1')
       separator = text.endsWith('\n\n') || (size === 1 && text === '\n') ? '' : text.endsWith('\n') ? '\n' : '\n\n'
     }
-    await handle.appendFile(separator + content)
+    const added = separator + content
+    await handle.appendFile(added)
+    return { created, bytes: Buffer.byteLength(added) }
   } finally {
     await handle.close()
   }

@@ -2,7 +2,8 @@
  * Contained writes: a temporary file in the (walked, descriptor-held)
  * directory, renamed into place, so a failure leaves the old content and
  * readers never see half a file; with a room check, the check and the write
- * it admits run alone among the workspace's writes in this instance.
+ * it admits run alone among the workspace's writes in this instance, and the
+ * write's delta (files, bytes) is handed to the workspace's usage.
  */
 import { randomUUID } from 'node:crypto'
 import { lstat, rename, rm, writeFile } from 'node:fs/promises'
@@ -10,10 +11,12 @@ import { fsError } from './errors.ts'
 import { runExclusively } from './keyed-mutex.ts'
 import { openContainedDirectory, splitInWorkspace } from './open.ts'
 
-/** What a write asks before it grows the workspace (the workspace's byte quota). */
+/** What a write asks before it grows the workspace (its byte quota), and tells once it landed (its usage). */
 export interface RoomCheck {
   /** Throws PayloadTooLarge when the workspace cannot grow by `bytes` (negative: it shrinks). */
   ensureRoom: (bytes: number) => Promise<void>
+  /** The write landed: `files` more regular files, `bytes` more bytes (either may be negative). */
+  landed: (files: number, bytes: number) => void
 }
 
 /**
@@ -27,8 +30,20 @@ export async function writeContained (workspaceDir: string, absolute: string, us
   const { quota } = options
   if (!quota) return writeInPlace(workspaceDir, absolute, userPath, content, options)
   // The replaced file is measured in the walked directory, never by a path a swap could redirect.
-  const ensureRoom = (replacedBytes: number) => quota.ensureRoom(Buffer.byteLength(content) - replacedBytes)
-  return withQuotaLock(workspaceDir, () => writeInPlace(workspaceDir, absolute, userPath, content, options, ensureRoom))
+  const size = Buffer.byteLength(content)
+  return withQuotaLock(workspaceDir, () => writeInPlace(workspaceDir, absolute, userPath, content, options, {
+    before: (replaced) => quota.ensureRoom(size - (replaced?.size ?? 0)),
+    // A file replaces a regular file (same count) or a symlink or nothing (one more).
+    after: (replaced) => quota.landed(replaced ? 0 : 1, size - (replaced?.size ?? 0)),
+  }))
+}
+
+/** A regular file a write replaces, as measured in the walked directory (null: none, or not a regular file). */
+type Replaced = { size: number } | null
+
+interface WriteHooks {
+  before: (replaced: Replaced) => Promise<void>
+  after: (replaced: Replaced) => void
 }
 
 /**
@@ -39,7 +54,7 @@ export function withQuotaLock<T> (workspaceDir: string, task: () => Promise<T>):
   return runExclusively(`${workspaceDir}\u0000quota`, task)
 }
 
-async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean }, beforeWrite?: (replacedBytes: number) => Promise<void>): Promise<void> {
+async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean }, hooks?: WriteHooks): Promise<void> {
   const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
   const temp = `.${name.slice(0, 100)}.${randomUUID()}.toolport-tmp`
   let dir
@@ -49,12 +64,15 @@ async function writeInPlace (workspaceDir: string, absolute: string, userPath: s
     throw fsError(error, userPath)
   }
   try {
-    if (beforeWrite) {
+    let replaced: Replaced = null
+    if (hooks) {
       const existing = await lstat(dir.at(name)).catch(() => null)
-      await beforeWrite(existing?.isFile() ? existing.size : 0)
+      replaced = existing?.isFile() ? { size: existing.size } : null
+      await hooks.before(replaced)
     }
     await writeFile(dir.at(temp), content, { flag: 'wx', mode: 0o644 })
     await rename(dir.at(temp), dir.at(name))
+    hooks?.after(replaced)
   } catch (error) {
     await rm(dir.at(temp), { force: true })
     throw fsError(error, userPath)

@@ -20,6 +20,7 @@ import { ToolError } from '../errors.ts'
 import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
 import { directorySize } from './directory-size.ts'
 import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
+import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
 
@@ -58,7 +59,7 @@ function refusal (entry: tar.ReadEntry | tar.Header, stagingDir: string): string
  * Extracts the .tar.gz streamed in `body` into `workspaceDir` (canonical).
  * The workspace's byte quota is asked for the whole unpacked size before
  * anything moves in (files the archive replaces are not credited: a
- * conservative check). `body` is read, never destroyed: after a refusal the
+ * conservative check); the workspace's usage is then scanned again. `body` is read, never destroyed: after a refusal the
  * caller still answers on its connection.
  */
 export async function extractArchive (body: Readable, workspaceDir: string, stagingDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
@@ -68,8 +69,18 @@ export async function extractArchive (body: Readable, workspaceDir: string, stag
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [] }
   try {
     await unpackInto(body, staging, limits, report, signal)
-    await quota.ensureRoom((await directorySize(staging)).bytes)
-    await moveInto(staging, workspaceDir, '', report)
+    const staged = await directorySize(staging)
+    // Checked and moved in alone among the workspace's writes, so two uploads (or an upload and a write) cannot both take the last bytes.
+    await withQuotaLock(workspaceDir, async () => {
+      await quota.ensureRoom(staged.bytes)
+      try {
+        await moveInto(staging, workspaceDir, '', report)
+      } finally {
+        // Replaced files and skipped entries make the staged count an estimate: a scan brings the figure to the truth.
+        quota.landed(staged.files, staged.bytes)
+        quota.changed()
+      }
+    })
     return report
   } finally {
     await discard(staging)

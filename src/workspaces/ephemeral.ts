@@ -11,6 +11,7 @@ import { mkdir, readdir, realpath } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { removeTree } from './remove-tree.ts'
+import { forgetUsage, startUsage } from './usage.ts'
 
 /** A workspace held by a running call; `release` once the call is done. */
 export interface WorkspaceLease {
@@ -52,6 +53,7 @@ export class EphemeralWorkspaces {
       this.#busy.delete(name)
       throw error
     }
+    startUsage(dir)
     let released = false
     return {
       id: null,
@@ -59,6 +61,7 @@ export class EphemeralWorkspaces {
       release: async () => {
         if (released) return
         released = true
+        forgetUsage(dir)
         await this.#remove(name)
         this.#busy.delete(name)
       },

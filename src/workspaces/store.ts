@@ -26,12 +26,12 @@ import { mkdir, realpath, stat } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
-import { directorySize } from './directory-size.ts'
 import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
 import { validateWorkspaceId } from './ids.ts'
 import { WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
 import { describeWorkspace, type WorkspaceInfo, type WorkspaceRecord } from './record.ts'
 import { WorkspaceTrash } from './trash.ts'
+import { forgetUsage, startUsage, usageOf } from './usage.ts'
 
 export type { WorkspaceLease } from './ephemeral.ts'
 export type { WorkspaceInfo, WorkspaceRecord } from './record.ts'
@@ -65,6 +65,13 @@ interface Entry extends WorkspaceRecord {
  * it is unpacked as it arrives.
  */
 const ABANDONED_UPLOAD_MS = 60 * 60 * 1000
+
+/**
+ * `GET /v1/workspaces/{id}` after a process waits for the workspace's scan
+ * when it held at most this many files at the last count (a scan of a few
+ * milliseconds); a larger one answers its running figure at once.
+ */
+const INFO_WAITS_FOR_SCAN_BELOW_FILES = 2000
 
 const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
 const DEFAULT_RECHECK_MS = 1000
@@ -175,9 +182,15 @@ export class WorkspaceStore {
     return entry
   }
 
+  /**
+   * A workspace with its usage: the running figure (usage.ts), exact when
+   * nothing has changed the tree outside the file tools since the last scan.
+   * After a process, a small workspace waits for its scan; a large one
+   * answers the figure at once while the scan runs in the background.
+   */
   async info (tenant: string, id: string): Promise<WorkspaceInfo> {
     const record = await this.find(tenant, id)
-    const { files, bytes } = await directorySize(record.dir)
+    const { files, bytes } = await usageOf(record.dir).current(INFO_WAITS_FOR_SCAN_BELOW_FILES)
     return { ...describeWorkspace(record), files, bytes }
   }
 
@@ -190,6 +203,7 @@ export class WorkspaceStore {
   /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
   async #remove (tenant: string, id: string): Promise<void> {
     await this.#layout.remove(tenant, id)
+    forgetUsage(this.#layout.workspaceDir(tenant, id))
     void this.#trash?.empty()
   }
 
@@ -198,6 +212,7 @@ export class WorkspaceStore {
     const entry = await this.#findOrCreate(tenant, id)
     entry.users++
     this.#renew(entry)
+    usageOf(entry.dir).refreshIfOld()
     let released = false
     return {
       id,
@@ -300,7 +315,8 @@ export class WorkspaceStore {
     entry.ready = (async () => {
       // Other instances' workspaces count too: the disk knows them.
       if (await this.#layout.count(tenant) >= limit) throw quotaError(limit)
-      await mkdir(entry.dir, { recursive: true })
+      // A directory made here is empty: its usage is known without a scan.
+      if (await mkdir(entry.dir, { recursive: true }) !== undefined) startUsage(entry.dir)
       if (!await this.#layout.claim(metaOf(entry))) throw new ClaimedElsewhere()
       entry.made = true
     })()

@@ -85,3 +85,74 @@ describe('workspace byte quota', () => {
     expect([existsSync(path.join(dir, 'b.txt')), existsSync(path.join(dir, 'c.txt'))]).toEqual([false, false])
   })
 })
+
+describe('workspace usage without a walk per request', () => {
+  const info = async (app: Awaited<ReturnType<typeof buildTestApp>>, id: string) => {
+    const { files, bytes } = (await requestAs(app, '', 'GET', `/v1/workspaces/${id}`)).body as { files: number, bytes: number }
+    return { files, bytes }
+  }
+
+  it('refuses a write right after a process filled the workspace, writing nothing, and admits it once the process freed room', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] }, workspaces: { max_bytes: 4096 } })
+    expect((await execAs(app, '', 'write_file', { path: 'a.txt', content: 'a' }, 'full')).status).toBe(200)
+    expect((await execAs(app, '', 'exec_shell', { command: 'head -c 3500 /dev/zero > big.bin' }, 'full')).status).toBe(200)
+    const dir = app.runtime.workspaces.get('default', 'full').dir
+    expectProblem(await execAs(app, '', 'write_file', { path: 'b.txt', content: 'b'.repeat(1000) }, 'full'), 413, 'PayloadTooLarge', 'write_file')
+    expectProblem(await execAs(app, '', 'memory_write', { content: 'm'.repeat(1000) }, 'full'), 413, 'PayloadTooLarge', 'memory_write')
+    expectProblem(await execAs(app, '', 'bash', { command: 'head -c 100 /dev/zero >> big.bin' }, 'full').then(() => execAs(app, '', 'write', { file_path: 'w.txt', content: 'w'.repeat(500) }, 'full')), 413, 'PayloadTooLarge', 'write')
+    expect([existsSync(path.join(dir, 'b.txt')), existsSync(path.join(dir, 'memory')), existsSync(path.join(dir, 'w.txt'))]).toEqual([false, false, false])
+    expect((await execAs(app, '', 'exec_shell', { command: 'rm big.bin' }, 'full')).status).toBe(200)
+    expect((await execAs(app, '', 'write_file', { path: 'b.txt', content: 'b'.repeat(1000) }, 'full')).status).toBe(200)
+  })
+
+  it('is right after writes, edits, memory appends, deletes through processes and archive uploads', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    expect((await requestAs(app, '', 'POST', '/v1/workspaces', { id: 'u' })).status).toBe(201)
+    expect(await info(app, 'u')).toEqual({ files: 0, bytes: 0 })
+    await execAs(app, '', 'write_file', { path: 'a.txt', content: 'hello' }, 'u')
+    await execAs(app, '', 'write', { file_path: 'd/b.txt', content: 'abc' }, 'u')
+    expect(await info(app, 'u')).toEqual({ files: 2, bytes: 8 })
+    await execAs(app, '', 'write_file', { path: 'a.txt', content: 'hi' }, 'u')
+    expect(await info(app, 'u')).toEqual({ files: 2, bytes: 5 })
+    await execAs(app, '', 'edit_file', { path: 'a.txt', old_text: 'hi', new_text: 'hello there' }, 'u')
+    await execAs(app, '', 'edit', { file_path: 'd/b.txt', old_string: 'abc', new_string: 'a' }, 'u')
+    expect(await info(app, 'u')).toEqual({ files: 2, bytes: 12 })
+    await execAs(app, '', 'memory_write', { content: 'one' }, 'u')
+    await execAs(app, '', 'memory_write', { content: 'two' }, 'u')
+    // "one", then a blank line and "two".
+    expect(await info(app, 'u')).toEqual({ files: 3, bytes: 12 + 8 })
+    await execAs(app, '', 'exec_shell', { command: 'rm a.txt && printf 1234 > p.txt' }, 'u')
+    expect(await info(app, 'u')).toEqual({ files: 3, bytes: 1 + 8 + 4 })
+    await execAs(app, '', 'bash', { command: 'rm -r d memory' }, 'u')
+    expect(await info(app, 'u')).toEqual({ files: 1, bytes: 4 })
+    const upload = await requestAs(app, '', 'PUT', '/v1/workspaces/u/archive', tarOf([{ name: 'p.txt', content: '12' }, { name: 'z/y.txt', content: 'yyy' }]), { 'content-type': 'application/gzip' })
+    expect(upload.status).toBe(200)
+    expect(await info(app, 'u')).toEqual({ files: 2, bytes: 5 })
+    expect((await requestAs(app, '', 'DELETE', '/v1/workspaces/u')).status).toBe(204)
+    await execAs(app, '', 'write_file', { path: 'again.txt', content: 'x' }, 'u')
+    expect(await info(app, 'u')).toEqual({ files: 1, bytes: 1 })
+  })
+
+  it('lets only one of two concurrent writes take the last free bytes', async () => {
+    const app = await buildTestApp({ workspaces: { max_bytes: 2048 } })
+    expect((await execAs(app, '', 'write_file', { path: 'seed', content: 's' }, 'race')).status).toBe(200)
+    for (const round of [1, 2, 3]) {
+      // After a process, both writes need the scan: still one of them only.
+      if (round === 3) await execAs(app, '', 'exec_shell', { command: 'true' }, 'race')
+      const answers = await Promise.all([
+        execAs(app, '', 'write_file', { path: `x${round}`, content: 'x'.repeat(1200) }, 'race'),
+        execAs(app, '', 'memory_write', { content: 'y'.repeat(1200) }, 'race'),
+      ])
+      expect(answers.map((a) => a.status).sort()).toEqual([200, 413])
+      const dir = app.runtime.workspaces.get('default', 'race').dir
+      await execAs(app, '', 'exec_shell', { command: `rm -rf x${round} memory` }, 'race')
+      expect(existsSync(path.join(dir, 'memory'))).toBe(false)
+    }
+    // An upload and a write at once: one of them.
+    const both = await Promise.all([
+      execAs(app, '', 'write_file', { path: 'w', content: 'w'.repeat(1200) }, 'race'),
+      requestAs(app, '', 'PUT', '/v1/workspaces/race/archive', tarOf([{ name: 't', content: 't'.repeat(1200) }]), { 'content-type': 'application/gzip' }),
+    ])
+    expect(both.map((a) => a.status).sort()).toEqual([200, 413])
+  })
+})

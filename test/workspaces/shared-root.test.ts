@@ -4,11 +4,13 @@
  * as two pods would be.
  */
 import { existsSync } from 'node:fs'
-import { readdir, rm, writeFile } from 'node:fs/promises'
+import { readdir, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { WorkspaceStore } from '../../src/workspaces/store.ts'
+import { writeContained } from '../../src/workspace-fs/write.ts'
+import { workspaceQuota } from '../../src/workspaces/quotas.ts'
 import { ToolError } from '../../src/errors.ts'
 import { onCleanup, tempDir } from '../support/temp.ts'
 
@@ -39,7 +41,7 @@ describe('instances sharing a workspace root', () => {
   it('find a workspace another instance made, and use the same directory', async () => {
     const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
     const made = await a.create('acme', { id: 'shared' })
-    await writeFile(path.join(made.dir, 'note.txt'), 'from a')
+    await writeContained(made.dir, path.join(made.dir, 'note.txt'), 'note.txt', 'from a', { quota: workspaceQuota(made.dir, 1024) })
     const found = await b.find('acme', 'shared')
     expect(found.dir).toBe(made.dir)
     expect((await b.info('acme', 'shared')).files).toBe(1)

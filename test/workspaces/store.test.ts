@@ -5,6 +5,8 @@ import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { validateWorkspaceId, directoryNameOf } from '../../src/workspaces/ids.ts'
 import { WorkspaceScope } from '../../src/workspaces/scope.ts'
+import { writeContained } from '../../src/workspace-fs/write.ts'
+import { workspaceQuota } from '../../src/workspaces/quotas.ts'
 import { WorkspaceStore } from '../../src/workspaces/store.ts'
 import { ToolError } from '../../src/errors.ts'
 import { tempDir } from '../support/temp.ts'
@@ -47,7 +49,8 @@ describe('WorkspaceStore', () => {
     const s = await store()
     const record = await s.create('t1', { id: 'one', ttlSeconds: 120 })
     expect(record.expiresAt - record.createdAt).toBe(120_000)
-    await writeFile(path.join(record.dir, 'a.txt'), 'abc')
+    // Through the contained write the file tools use: the usage follows its delta.
+    await writeContained(record.dir, path.join(record.dir, 'a.txt'), 'a.txt', 'abc', { quota: workspaceQuota(record.dir, 1024) })
     expect(await s.info('t1', 'one')).toMatchObject({ id: 'one', files: 1, bytes: 3 })
     await expect(s.create('t1', { id: 'one' })).rejects.toMatchObject({ code: 'Conflict' })
     await s.delete('t1', 'one')
