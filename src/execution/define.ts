@@ -8,6 +8,8 @@ export function defineBuiltin<S extends TObject> (definition: {
   description: string
   parameters: S
   limiter?: Limiter
+  /** The tool runs processes in the workspace (see Tool.changesTreeFreely). */
+  changesTreeFreely?: boolean
   execute: (args: Static<S>, ctx: ToolContext) => Promise<unknown>
 }): Tool<Static<S>> {
   return { ...definition, source: 'builtin' }

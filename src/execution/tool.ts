@@ -43,24 +43,21 @@ export interface Tool<Args = Record<string, unknown>> {
   /**
    * Whether a call may change the workspace tree in ways the workspace's
    * usage is not told of (a process, an executable, an MCP server): the
-   * usage is then scanned again after the call. When absent, see
-   * `changesTreeFreely`.
+   * usage is then scanned again after the call. Built-ins that run
+   * processes say so; executables and MCP tools always may.
    */
   changesTreeFreely?: boolean
   execute: (args: Args, ctx: ToolContext) => Promise<unknown>
 }
 
-/** The built-in tools that run processes in the workspace. */
-const PROCESS_BUILTINS = new Set(['exec_shell', 'spawn', 'bash'])
-
 /**
  * Whether a call of `tool` may change the workspace tree without telling its
  * usage. Executables and MCP tools may; of the built-ins, those that run
- * processes. The others only read, or write through the contained writes,
- * which report their own deltas (workspace-fs/write.ts).
+ * processes and say so. The others only read, or write through the
+ * contained writes, which report their own deltas (workspace-fs/write.ts).
  */
 export function changesTreeFreely (tool: AnyTool): boolean {
-  return tool.changesTreeFreely ?? (tool.source !== 'builtin' || PROCESS_BUILTINS.has(tool.name))
+  return tool.source !== 'builtin' || tool.changesTreeFreely === true
 }
 
 /** A tool with its argument type erased, as the registry holds it. */

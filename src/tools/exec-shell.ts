@@ -25,6 +25,7 @@ export function createExecShellTool (options: { config: Config['tools']['exec_sh
   const denylist = options.config.denylist ?? DEFAULT_DENYLIST
   return defineBuiltin({
     name: 'exec_shell',
+    changesTreeFreely: true,
     description: 'Execute a shell command (sh -c) in the workspace directory and capture its exit code, stdout and stderr.',
     parameters: Type.Object({
       command: Type.String({ description: 'Shell command to execute' }),

@@ -17,6 +17,7 @@ export const SPAWN_TIMEOUT_MAX = 3600
 export function createSpawnTool (options: { config: Config['tools']['spawn'], runner: ProcessRunner }) {
   return defineBuiltin({
     name: 'spawn',
+    changesTreeFreely: true,
     description: `Spawn a subprocess (a command and its arguments, no shell) in the workspace; at most ${options.config.max_concurrent} run at once.`,
     parameters: Type.Object({
       command: Type.String({ minLength: 1, description: 'Command to execute' }),

@@ -18,6 +18,7 @@ export const BASH_TIMEOUT_SECS = 120
 export function bashTool (runner: ProcessRunner, timeoutSeconds = BASH_TIMEOUT_SECS) {
   return defineBuiltin({
     name: 'bash',
+    changesTreeFreely: true,
     description: 'Run a bash command in the workspace; answers stdout and stderr combined (30,000 characters at most).',
     parameters: Type.Object({
       command: Type.String({ description: 'The bash command to run' }),
