@@ -1,0 +1,85 @@
+/**
+ * The official Python MCP SDK's requests, reproduced byte for byte on a raw
+ * socket (the package cannot be installed here): it ends a session with
+ * `DELETE /mcp`, `Content-Type: application/json` and no body. That must end
+ * the session and remove its workspace, not answer 400.
+ */
+import net from 'node:net'
+import { readdir } from 'node:fs/promises'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp } from '../helper.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+async function listening (app: App): Promise<number> {
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('not listening')
+  return address.port
+}
+
+/** Sends `raw` on a fresh connection and answers the status line's code. */
+function rawRequest (port: number, raw: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(raw))
+    let answer = ''
+    socket.on('data', (chunk: Buffer) => {
+      answer += chunk.toString('latin1')
+      const status = /^HTTP\/1\.1 (\d{3})/.exec(answer)
+      if (status) {
+        socket.destroy()
+        resolve(Number(status[1]))
+      }
+    })
+    socket.on('error', reject)
+  })
+}
+
+/** httpx's headers, as the Python SDK's streamable HTTP transport sends them on DELETE. */
+const pythonDelete = (port: number, session: string, contentLength: boolean): string => [
+  'DELETE /mcp HTTP/1.1',
+  `Host: 127.0.0.1:${port}`,
+  'Accept: application/json, text/event-stream',
+  'Accept-Encoding: gzip, deflate',
+  'Connection: keep-alive',
+  'User-Agent: python-httpx/0.28.1',
+  `mcp-session-id: ${session}`,
+  'mcp-protocol-version: 2025-06-18',
+  'content-type: application/json',
+  ...(contentLength ? ['Content-Length: 0'] : []),
+  '',
+  '',
+].join('\r\n')
+
+describe('the Python MCP SDK ending a session', () => {
+  for (const contentLength of [false, true]) {
+    it(`ends the session and removes its workspace (${contentLength ? 'with' : 'without'} Content-Length: 0)`, async () => {
+      const app = await buildTestApp()
+      const port = await listening(app)
+      const base = `http://127.0.0.1:${port}`
+      const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+      const init = await fetch(`${base}/mcp`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'mcp', version: '1.9.0' } } }),
+      })
+      const session = init.headers.get('mcp-session-id') as string
+      await init.text()
+      const call = await fetch(`${base}/mcp`, {
+        method: 'POST',
+        headers: { ...headers, 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'write_file', arguments: { path: 'kept.txt', content: 'x' } } }),
+      })
+      expect(await call.text()).toContain('Successfully wrote')
+      const ephemeral = app.runtime.workspaces.ephemeralRoot
+      expect((await readdir(ephemeral)).length).toBe(1)
+
+      expect(await rawRequest(port, pythonDelete(port, session, contentLength))).toBe(200)
+      // The workspace goes as the session closes, a moment after the answer.
+      for (let i = 0; i < 100 && (await readdir(ephemeral)).length > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(await readdir(ephemeral)).toEqual([])
+      const after = await fetch(`${base}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': session }, body: JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/list' }) })
+      expect(after.status).toBe(404)
+    })
+  }
+})
