@@ -4,12 +4,13 @@
  * listen on port 0 themselves.
  */
 import swagger from '@fastify/swagger'
-import swaggerUi from '@fastify/swagger-ui'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify'
 import { type Logger, pino } from 'pino'
 import type { Config } from './config.ts'
 import { Runtime } from './runtime.ts'
 import { installAuth } from './http/plugins/auth.ts'
+import { docsUi } from './http/plugins/docs-ui.ts'
+import { lazySerializers } from './http/plugins/lazy-serializers.ts'
 import { answerClientError } from './http/plugins/client-errors.ts'
 import { requestIdOf } from './execution/request-id.ts'
 import { healthRoutes } from './http/routes/health.ts'
@@ -68,7 +69,9 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     return503OnClosing: true,
     // close() comes after the drain (server.ts): whatever connection is still open then is idle or a stream.
     forceCloseConnections: true,
-    ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } },
+    schemaController: { compilersFactory: { buildSerializer: lazySerializers } },
+    // validateSchema: the route schemas are the service's own constants, not worth a meta-schema check at every start.
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } },
   })
   const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics })
   app.decorate('runtime', runtime)
@@ -85,6 +88,11 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     done()
   })
   app.addHook('onClose', async () => { await runtime.close() })
+  // What start-up can put off (the sandbox probes, the tool sources) begins once the service answers.
+  app.addHook('onListen', (done) => {
+    runtime.finishStart().catch((error: unknown) => { app.log.error({ err: error }, 'start-up failed') })
+    done()
+  })
   installProblemHandlers(app)
   installJsonBody(app)
   installAuth(app, config.auth)
@@ -99,7 +107,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json['$id'] ?? `def-${i}`) },
   })
-  await app.register(swaggerUi, { routePrefix: '/docs' })
+  await app.register(docsUi)
 
   // Each route module is an encapsulated plugin: what it adds (a body parser, a hook) stays its own.
   await app.register(healthRoutes, { runtime })

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { type Static, type TSchema, Type } from '@sinclair/typebox'
-import { Ajv, type ErrorObject } from 'ajv'
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
 import { parse as parseYaml } from 'yaml'
 
 const strict = { additionalProperties: false } as const
@@ -127,7 +127,9 @@ export class ConfigError extends Error {
   }
 }
 
-const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: false })
+// The schemas are the service's own constants: checking them against JSON Schema's
+// meta-schema at every start would cost more than validating the config itself.
+const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: false, validateSchema: false })
 const validateConfig = ajv.compile<Config>(ConfigSchema)
 
 function keyOf (error: ErrorObject): string {
@@ -163,7 +165,8 @@ export function defaultConfig (): Config {
   return parseConfig({})
 }
 
-const validateTokens = ajv.compile<Config['auth']['tokens']>(Type.Array(TokenSchema))
+/** Compiled on first use: most services have no tokens file. */
+let validateTokens: ValidateFunction<Config['auth']['tokens']> | undefined
 
 /**
  * Adds the tokens of `auth.tokens_file` (a YAML or JSON list of
@@ -178,6 +181,7 @@ export async function withTokensFile (config: Config): Promise<Config> {
   } catch (error) {
     throw new ConfigError(`config: auth.tokens_file: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'not YAML or JSON'}`)
   }
+  validateTokens ??= ajv.compile<Config['auth']['tokens']>(Type.Array(TokenSchema))
   if (!validateTokens(raw)) {
     const error = validateTokens.errors?.[0]
     throw new ConfigError(`config: auth.tokens_file: ${error ? `${keyOf(error) === '(top level)' ? 'the list' : `entry ${keyOf(error)}`}: ${describe(error)}` : 'invalid'}`)

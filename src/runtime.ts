@@ -5,11 +5,12 @@
  */
 import path from 'node:path'
 import type { Logger } from 'pino'
-import type { Config } from './config.ts'
+import type { Config, McpServerConfig } from './config.ts'
 import { createRunner } from './sandbox/index.ts'
+import { DeferredRunner } from './sandbox/deferred-runner.ts'
 import type { ProcessRunner } from './sandbox/types.ts'
 import { ExecutableSource } from './sources/executables.ts'
-import { McpClientSource } from './sources/mcp-client.ts'
+import type { McpClientSource } from './sources/mcp-client.ts'
 import { builtinTools, messageTools } from './tools/index.ts'
 import type { ExecutionServices } from './execution/execute.ts'
 import { Limiter } from './execution/limiter.ts'
@@ -44,11 +45,15 @@ export class Runtime implements ExecutionServices {
   readiness: Readiness = 'starting'
   /** HTTP requests being answered (the MCP event streams excepted): a drain waits for them. */
   activeRequests = 0
+  /** The runner chosen at start-up (set by `finishStart`; the tools hold a DeferredRunner that waits for it). */
   runner!: ProcessRunner
   readonly #kill = new AbortController()
   readonly #options: RuntimeOptions
   #executables: ExecutableSource | undefined
   #closeMessages: () => Promise<void> = async () => {}
+  #choosingRunner: Promise<ProcessRunner> | undefined
+  #finishing: Promise<void> | undefined
+  #closed = false
 
   constructor (config: Config, log: Logger, options: RuntimeOptions = {}) {
     this.config = config
@@ -80,23 +85,52 @@ export class Runtime implements ExecutionServices {
   }
 
   /**
-   * Prepares everything the first request needs, then starts the tool
-   * sources. Resolves once built-ins serve; `ready` follows when every MCP
-   * server has had its first connection attempt.
+   * Prepares what the first request needs: the workspaces and the built-in
+   * and message tools. The rest (choosing the sandbox, the tool sources)
+   * waits for `finishStart`, which the server calls once it listens; a
+   * process the tools start meanwhile waits for the sandbox to be chosen.
    */
   async start (): Promise<void> {
     await this.workspaces.init()
-    // Every workspace but a call's own is hidden from its processes.
-    const { root, ephemeralRoot } = this.workspaces
-    const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]
-    this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: workspaceRoots, secretFiles: this.#options.hidePaths ?? [] })
-    this.metrics.sandboxMode.set({ mode: this.runner.mode }, 1)
-    this.registry.setGroup('builtin', 'builtin', builtinTools(this.config, this.runner))
+    this.registry.setGroup('builtin', 'builtin', builtinTools(this.config, new DeferredRunner(() => this.#chooseRunner())))
     const messages = messageTools(this.config, this.log)
     this.#closeMessages = messages.close
     this.registry.setGroup('message', 'message', messages.tools)
-    const sources: Array<Promise<void>> = [this.#startExecutables()]
-    for (const [name, serverConfig] of Object.entries(this.config.tools.mcp_servers)) {
+  }
+
+  /**
+   * The start-up work that can wait until the service listens: the sandbox
+   * probes, the executables' scan and the MCP connections. Resolves when
+   * the service is ready (every MCP server has had its first connection
+   * attempt, or MAX_SOURCE_WAIT_MS passed); rejects when the sandbox the
+   * config requires does not work. Calling it again joins the first call.
+   */
+  finishStart (): Promise<void> {
+    this.#finishing ??= this.#finish()
+    return this.#finishing
+  }
+
+  async #finish (): Promise<void> {
+    const runner = await this.#chooseRunner()
+    if (this.#closed) return
+    const sources: Array<Promise<void>> = [this.#startExecutables(runner)]
+    const servers = Object.entries(this.config.tools.mcp_servers)
+    if (servers.length > 0) sources.push(...await this.#connectMcpServers(servers))
+    const settled = Promise.allSettled(sources)
+    const timeout = new Promise((resolve) => setTimeout(resolve, MAX_SOURCE_WAIT_MS).unref())
+    await Promise.race([settled, timeout])
+    if (this.readiness === 'starting') this.readiness = 'ready'
+  }
+
+  /**
+   * Starts a client per upstream MCP server; each promise ends with its
+   * first connection attempt. The MCP client (the SDK and its schemas) is
+   * loaded only when there is a server to connect to.
+   */
+  async #connectMcpServers (servers: Array<[string, McpServerConfig]>): Promise<Array<Promise<void>>> {
+    const { McpClientSource } = await import('./sources/mcp-client.ts')
+    if (this.#closed) return []
+    return servers.map(([name, serverConfig]) => {
       const source = new McpClientSource({
         name,
         config: serverConfig,
@@ -107,24 +141,32 @@ export class Runtime implements ExecutionServices {
         },
       })
       this.mcpServers.set(name, source)
-      sources.push(source.start().then(() => { this.metrics.mcpServerUp.set({ server: name }, source.state === 'up' ? 1 : 0) }))
-    }
-    const settled = Promise.allSettled(sources)
-    const timeout = new Promise((resolve) => setTimeout(resolve, MAX_SOURCE_WAIT_MS).unref())
-    void Promise.race([settled, timeout]).then(() => {
-      if (this.readiness === 'starting') this.readiness = 'ready'
+      return source.start().then(() => { this.metrics.mcpServerUp.set({ server: name }, source.state === 'up' ? 1 : 0) })
     })
   }
 
-  /** Resolves when start-up is complete (tests; the server does not wait). */
+  /** The probes that choose the process runner, run once, on the first need (a process to start, or `finishStart`). */
+  #chooseRunner (): Promise<ProcessRunner> {
+    this.#choosingRunner ??= (async () => {
+      // Every workspace but a call's own is hidden from its processes.
+      const { root, ephemeralRoot } = this.workspaces
+      const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]
+      this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: workspaceRoots, secretFiles: this.#options.hidePaths ?? [] })
+      this.metrics.sandboxMode.set({ mode: this.runner.mode }, 1)
+      return this.runner
+    })()
+    return this.#choosingRunner
+  }
+
+  /** Resolves when start-up is complete or has failed (tests; the server does not wait), starting `finishStart` if nothing has. */
   async whenReady (timeoutMs = MAX_SOURCE_WAIT_MS + 1000): Promise<void> {
-    const deadline = Date.now() + timeoutMs
-    while (this.readiness === 'starting' && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+    const timeout = new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())
+    await Promise.race([this.finishStart().catch(() => {}), timeout])
   }
 
   /** The states of the MCP servers, for /readyz. */
   mcpStates (): Record<string, string> {
-    return Object.fromEntries([...this.mcpServers].map(([name, source]) => [name, source.state]))
+    return Object.fromEntries(Object.keys(this.config.tools.mcp_servers).map((name) => [name, this.mcpServers.get(name)?.state ?? 'connecting']))
   }
 
   /** Stops taking calls: readiness turns 503 and new calls are refused as Overloaded. */
@@ -154,6 +196,7 @@ export class Runtime implements ExecutionServices {
 
   /** Ends everything: running calls are cancelled (their processes killed), sources closed. */
   async close (): Promise<void> {
+    this.#closed = true
     this.cancelRunning()
     this.#executables?.close()
     await Promise.allSettled([...this.mcpServers.values()].map((source) => source.close()))
@@ -161,14 +204,14 @@ export class Runtime implements ExecutionServices {
     this.workspaces.close()
   }
 
-  async #startExecutables (): Promise<void> {
+  async #startExecutables (runner: ProcessRunner): Promise<void> {
     if (this.config.tools.dirs.length === 0) return
     this.#executables = new ExecutableSource({
       // Absolute, so that the sandbox can bind them (a config file's relative dirs are resolved at load).
       dirs: this.config.tools.dirs.map((dir) => path.resolve(dir)),
       stub: this.config.tools.stub,
       timeoutSeconds: this.config.tools.executable_timeout_seconds,
-      runner: this.runner,
+      runner,
       log: this.log.child({ source: 'executables' }),
       onChange: (tools) => this.registry.setGroup('executable', 'dirs', tools),
     })

@@ -1,18 +1,26 @@
 /**
  * Prometheus metrics (prom-client), one registry per app so tests can build
- * many apps side by side.
+ * many apps side by side. prom-client is loaded by the first scrape or the
+ * first call, not at start-up; what is recorded before that is kept and
+ * applied once it is loaded.
  */
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client'
+
+type Labels<T extends string> = Partial<Record<T, string | number>>
 
 export interface Metrics {
-  registry: Registry
-  calls: Counter<'tool' | 'code'>
-  duration: Histogram<'tool' | 'code'>
-  inFlight: Gauge
-  queueDepth: Gauge
-  rejections: Counter<'limiter'>
-  sandboxMode: Gauge<'mode'>
-  mcpServerUp: Gauge<'server'>
+  registry: {
+    /** The exposition text (loads prom-client if nothing has yet). */
+    metrics: () => Promise<string>
+    /** Its content type; read after `metrics()`. */
+    readonly contentType: string
+  }
+  calls: { inc: (labels: Labels<'tool' | 'code'>) => void }
+  duration: { observe: (labels: Labels<'tool' | 'code'>, seconds: number) => void }
+  rejections: { inc: (labels: Labels<'limiter'>) => void }
+  sandboxMode: { set: (labels: Labels<'mode'>, value: number) => void }
+  mcpServerUp: { set: (labels: Labels<'server'>, value: number) => void }
 }
 
 /** What the gauges read when scraped. */
@@ -21,12 +29,40 @@ export interface MetricsSources {
   queued: () => number
 }
 
-export function createMetrics (sources: MetricsSources, options: { defaultMetrics?: boolean } = {}): Metrics {
+interface Loaded {
+  registry: Registry
+  /** When the default metrics' event-loop monitor started (performance.now()), if they are on. */
+  monitorSince: number | undefined
+  inFlight: Gauge
+  queueDepth: Gauge
+  calls: Counter<'tool' | 'code'>
+  duration: Histogram<'tool' | 'code'>
+  rejections: Counter<'limiter'>
+  sandboxMode: Gauge<'mode'>
+  mcpServerUp: Gauge<'server'>
+}
+
+/**
+ * How often the event-loop delay is sampled (prom-client's default is every
+ * 10 ms, which wakes an idle service a hundred times a second).
+ */
+const EVENT_LOOP_SAMPLE_MS = 100
+/**
+ * How long after the monitor starts a scrape waits: until then it has no
+ * sample, and prom-client would report the delay as `Nan`.
+ */
+const FIRST_SAMPLE_WAIT_MS = 2 * EVENT_LOOP_SAMPLE_MS
+
+async function load (sources: MetricsSources, defaultMetrics: boolean): Promise<Loaded> {
+  const { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } = await import('prom-client')
   const registry = new Registry()
-  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'toolport_' })
+  if (defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'toolport_', eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS })
   const registers = [registry]
   return {
     registry,
+    monitorSince: defaultMetrics ? performance.now() : undefined,
+    inFlight: new Gauge({ name: 'toolport_calls_in_flight', help: 'Tool calls holding a limiter slot', registers, collect () { this.set(sources.inFlight()) } }),
+    queueDepth: new Gauge({ name: 'toolport_limiter_queue_depth', help: 'Tool calls waiting for a limiter slot', registers, collect () { this.set(sources.queued()) } }),
     calls: new Counter({ name: 'toolport_tool_calls_total', help: 'Tool calls by tool and outcome code (ok or an error code)', labelNames: ['tool', 'code'], registers }),
     duration: new Histogram({
       name: 'toolport_tool_call_duration_seconds',
@@ -35,20 +71,56 @@ export function createMetrics (sources: MetricsSources, options: { defaultMetric
       buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300],
       registers,
     }),
-    inFlight: new Gauge({
-      name: 'toolport_calls_in_flight',
-      help: 'Tool calls holding a limiter slot',
-      registers,
-      collect () { this.set(sources.inFlight()) },
-    }),
-    queueDepth: new Gauge({
-      name: 'toolport_limiter_queue_depth',
-      help: 'Tool calls waiting for a limiter slot',
-      registers,
-      collect () { this.set(sources.queued()) },
-    }),
     rejections: new Counter({ name: 'toolport_limiter_rejections_total', help: 'Calls refused by a limiter (queue full or wait timed out)', labelNames: ['limiter'], registers }),
     sandboxMode: new Gauge({ name: 'toolport_sandbox_mode', help: 'The sandbox mode in force (1 for the active mode)', labelNames: ['mode'], registers }),
     mcpServerUp: new Gauge({ name: 'toolport_mcp_server_up', help: 'Whether an upstream MCP server is connected (1) or not (0)', labelNames: ['server'], registers }),
+  }
+}
+
+export function createMetrics (sources: MetricsSources, options: { defaultMetrics?: boolean } = {}): Metrics {
+  let loaded: Loaded | undefined
+  let loading: Promise<Loaded> | undefined
+  /** Counts and observations made before prom-client is loaded: the first of them starts loading it. */
+  let early: Array<(metrics: Loaded) => void> = []
+  /** Gauge values set before: only the last per gauge and labels matters, and setting one loads nothing. */
+  const earlyGauges = new Map<string, (metrics: Loaded) => void>()
+
+  const ensureLoaded = (): Promise<Loaded> => {
+    loading ??= load(sources, options.defaultMetrics !== false).then((metrics) => {
+      for (const apply of [...earlyGauges.values(), ...early]) apply(metrics)
+      earlyGauges.clear()
+      early = []
+      loaded = metrics
+      return metrics
+    })
+    return loading
+  }
+  const recordEarly = (apply: (metrics: Loaded) => void): void => {
+    early.push(apply)
+    void ensureLoaded()
+  }
+
+  return {
+    registry: {
+      metrics: async () => {
+        const metrics = await ensureLoaded()
+        const wait = metrics.monitorSince === undefined ? 0 : metrics.monitorSince + FIRST_SAMPLE_WAIT_MS - performance.now()
+        if (wait > 0) await sleep(wait)
+        return metrics.registry.metrics()
+      },
+      get contentType () {
+        if (!loaded) throw new Error('metrics: contentType is known once metrics() has answered')
+        return loaded.registry.contentType
+      },
+    },
+    calls: { inc: (labels) => loaded ? loaded.calls.inc(labels) : recordEarly((m) => m.calls.inc(labels)) },
+    duration: { observe: (labels, seconds) => loaded ? loaded.duration.observe(labels, seconds) : recordEarly((m) => m.duration.observe(labels, seconds)) },
+    rejections: { inc: (labels) => loaded ? loaded.rejections.inc(labels) : recordEarly((m) => m.rejections.inc(labels)) },
+    sandboxMode: {
+      set: (labels, value) => loaded ? loaded.sandboxMode.set(labels, value) : earlyGauges.set(`mode ${JSON.stringify(labels)}`, (m) => m.sandboxMode.set(labels, value)),
+    },
+    mcpServerUp: {
+      set: (labels, value) => loaded ? loaded.mcpServerUp.set(labels, value) : earlyGauges.set(`server ${JSON.stringify(labels)}`, (m) => m.mcpServerUp.set(labels, value)),
+    },
   }
 }

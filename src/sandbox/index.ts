@@ -59,7 +59,7 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   // RLIMIT_NPROC does not bind uid 0; only a pids cgroup bounds a root service's tools.
   if (!pids && process.getuid?.() === 0) options.log.warn('running as root without a writable pids cgroup: sandbox.max_processes is not enforced')
   // Where /bin/sh's ulimit can set every limit, the launcher does, and prlimit is skipped (one program start fewer).
-  const units = probeUlimitUnits()
+  const units = await probeUlimitUnits()
   // With a pids cgroup per run, the cgroup bounds the process count (as prlimit's --nproc would not for root).
   const ulimits = units ? ulimitCommands(limits, units, !pids) : undefined
   if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)

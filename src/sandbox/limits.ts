@@ -6,8 +6,9 @@
  * than the address space: runtimes such as V8 reserve far more address space
  * than they ever use.
  */
-import { execFileSync } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { accessSync, constants } from 'node:fs'
+import { promisify } from 'node:util'
 
 export interface ResourceLimits {
   cpuSeconds: number
@@ -53,15 +54,16 @@ export interface UlimitUnits {
 /**
  * How /bin/sh's `ulimit` counts, found by asking it: set known values, then
  * read the limits back from the kernel. Undefined when the shell cannot set
- * all three (the caller keeps using prlimit).
+ * all three (the caller keeps using prlimit). Asynchronous: it runs while the
+ * service already answers.
  */
-export function probeUlimitUnits (): UlimitUnits | undefined {
+export async function probeUlimitUnits (): Promise<UlimitUnits | undefined> {
   try {
-    const probe = (processFlag: string): string => execFileSync('/bin/sh', ['-c', `ulimit -t 7000 && ulimit -f 8000000 && ulimit -d 9000000 && ulimit ${processFlag} 97 && exec cat /proc/self/limits`], { encoding: 'utf8', timeout: 5000, stdio: ['ignore', 'pipe', 'ignore'] })
+    const probe = async (processFlag: string): Promise<string> => (await promisify(execFile)('/bin/sh', ['-c', `ulimit -t 7000 && ulimit -f 8000000 && ulimit -d 9000000 && ulimit ${processFlag} 97 && exec cat /proc/self/limits`], { encoding: 'utf8', timeout: 5000 })).stdout
     for (const processFlag of ['-p', '-u'] as const) {
       let limits: string
       try {
-        limits = probe(processFlag)
+        limits = await probe(processFlag)
       } catch {
         continue
       }

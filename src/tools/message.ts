@@ -6,7 +6,6 @@
  */
 import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
-import { request } from 'undici'
 import type { Config } from '../config.ts'
 import type { AnyTool } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
@@ -56,6 +55,7 @@ class WebhookSender {
     const body = JSON.stringify({ channel: message.channel, chat_id: message.chat_id, content: message.content })
     for (let attempt = 1; attempt <= SEND_ATTEMPTS; attempt++) {
       try {
+        const { request } = await import('undici')
         const response = await request(message.webhook, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(SEND_TIMEOUT_MS) })
         await response.body.dump()
         if (response.statusCode < 500) {

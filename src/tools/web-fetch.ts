@@ -5,7 +5,7 @@
  * the body is read only up to `max_bytes`.
  */
 import { Type } from '@sinclair/typebox'
-import { Agent, request } from 'undici'
+import type { Agent } from 'undici'
 import type { Config } from '../config.ts'
 import type { ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
@@ -43,7 +43,9 @@ function parseUrl (raw: string, guarded: boolean, base?: URL): URL {
 }
 
 /** An agent whose every connection goes to the vetted address, whatever DNS says by then. */
-function pinnedAgent (vetted: VettedAddress): Agent {
+async function pinnedAgent (vetted: VettedAddress): Promise<Agent> {
+  // undici is loaded by the first fetch, not at start-up (so in web-search.ts and message.ts).
+  const { Agent } = await import('undici')
   return new Agent({
     connect: {
       lookup: (_hostname: string, options: { all?: boolean }, callback: (...args: unknown[]) => void) => {
@@ -99,8 +101,9 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
       const timeout = AbortSignal.timeout(FETCH_TIMEOUT_MS)
       const signal = AbortSignal.any([ctx.signal, timeout])
       for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
-        const agent = guarded ? pinnedAgent(await vetHost(url, resolve, policy)) : undefined
+        const agent = guarded ? await pinnedAgent(await vetHost(url, resolve, policy)) : undefined
         try {
+          const { request } = await import('undici')
           const response = await request(url, { method: method as 'GET', headers: callerHeaders(args.headers), dispatcher: agent, signal })
           const location = response.headers['location']
           if (REDIRECTS.has(response.statusCode) && typeof location === 'string') {

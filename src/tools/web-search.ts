@@ -5,7 +5,6 @@
  * answers clawft's informational object, not an error.
  */
 import { Type } from '@sinclair/typebox'
-import { request } from 'undici'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
@@ -35,6 +34,7 @@ export function createWebSearchTool (config: Config['tools']['web_search']) {
       url.searchParams.set('format', 'json')
       let payload: { results?: SearxResult[] }
       try {
+        const { request } = await import('undici')
         const response = await request(url, { method: 'GET', headers: { accept: 'application/json' }, signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(SEARCH_TIMEOUT_MS)]) })
         if (response.statusCode < 200 || response.statusCode >= 300) {
           await response.body.dump()

@@ -17,8 +17,8 @@ function soft (limits: string, name: string): number {
 }
 
 describe('resource limits', () => {
-  it('finds how /bin/sh counts ulimit sizes, and writes the limits as ulimit commands', () => {
-    const units = probeUlimitUnits()
+  it('finds how /bin/sh counts ulimit sizes, and writes the limits as ulimit commands', async () => {
+    const units = await probeUlimitUnits()
     expect(units).toBeDefined()
     expect([512, 1024]).toContain(units?.fileBytes)
     expect(units?.dataBytes).toBe(1024)
@@ -43,7 +43,7 @@ describe('resource limits', () => {
   // A service that cannot make cgroups (not root, as in the container image) sets the limits with the launcher alone.
   it.each(['none', 'bwrap'] as const)('sets every limit without a cgroup, in one program start for a sh -c script (sandbox %s)', async (mode) => {
     const limits = { cpuSeconds: 42, maxFileBytes: 5 * 1024 * 1024, maxProcesses: 77, maxMemoryBytes: 768 * 1024 * 1024 }
-    const ulimits = ulimitCommands(limits, probeUlimitUnits() as UlimitUnits)
+    const ulimits = ulimitCommands(limits, await probeUlimitUnits() as UlimitUnits)
     const cwd = await tempDir('limits-')
     const runner = mode === 'none'
       ? new PlainRunner(limits, findPrlimit(), undefined, ulimits)

@@ -4,14 +4,13 @@
  * answers itself, so these routes hand it the raw request and response.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { globMatcher, parseGlobList } from '../../execution/globs.ts'
 import type { NameMatcher } from '../../execution/globs.ts'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
-import { McpSessions } from '../../mcp-server/sessions.ts'
+import type { McpSessions } from '../../mcp-server/sessions.ts'
 
 const SESSION_HEADER = 'mcp-session-id'
 
@@ -29,9 +28,20 @@ function allowedOf (request: FastifyRequest): NameMatcher | undefined {
   return typeof allowed === 'string' ? globMatcher(parseGlobList(allowed)) : undefined
 }
 
+interface McpServerSide {
+  sessions: McpSessions
+  isInitializeRequest: (value: unknown) => boolean
+}
+
 export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
-  const sessions = new McpSessions(runtime, app.log as Logger)
-  app.addHook('onClose', async () => { await sessions.closeAll() })
+  // The MCP SDK (its server, transport and schemas) is loaded by the first /mcp request, not at start-up.
+  let loading: Promise<McpServerSide> | undefined
+  const serverSide = (): Promise<McpServerSide> => {
+    loading ??= Promise.all([import('../../mcp-server/sessions.ts'), import('@modelcontextprotocol/sdk/types.js')])
+      .then(([{ McpSessions }, { isInitializeRequest }]) => ({ sessions: new McpSessions(runtime, app.log as Logger), isInitializeRequest }))
+    return loading
+  }
+  app.addHook('onClose', async () => { if (loading) await (await loading).sessions.closeAll() })
 
   const forward = async (request: FastifyRequest, reply: FastifyReply, transport: { handleRequest: (req: never, res: never, body?: unknown) => Promise<void> }) => {
     reply.hijack()
@@ -39,9 +49,10 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
   }
 
   /** The request's session; the request's end counts as a use too, so idle time starts when a long call ends. */
-  const existing = (request: FastifyRequest, reply: FastifyReply) => {
+  const existing = async (request: FastifyRequest, reply: FastifyReply) => {
     const id = sessionIdOf(request)
     if (id === undefined) throw new ToolError('BadRequest', `no ${SESSION_HEADER} header: send an initialize request first`)
+    const { sessions } = await serverSide()
     const session = sessions.find(id, request.principal)
     if (!session) throw new ToolError('NotFound', 'no such MCP session (it ended or expired)')
     reply.raw.once('close', () => { sessions.touch(session) })
@@ -49,6 +60,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
   }
 
   const initialize = async (request: FastifyRequest, reply: FastifyReply) => {
+    const { sessions } = await serverSide()
     const transport = await sessions.open(request.principal, allowedOf(request))
     // An initialize the transport refused, or whose answer never reached the client, leaves no session behind.
     reply.raw.once('close', () => {
@@ -60,16 +72,16 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
   app.post('/mcp', { schema: { summary: 'MCP Streamable HTTP: JSON-RPC messages', tags: ['mcp'] } }, async (request, reply) => {
     const id = sessionIdOf(request)
     if (id === undefined) {
-      if (!isInitializeRequest(request.body)) throw new ToolError('BadRequest', 'the first MCP request of a session must be initialize')
+      if (!(await serverSide()).isInitializeRequest(request.body)) throw new ToolError('BadRequest', 'the first MCP request of a session must be initialize')
       if (runtime.readiness === 'draining') throw new ToolError('Overloaded', 'the service is shutting down')
       return initialize(request, reply)
     }
-    return forward(request, reply, existing(request, reply).transport)
+    return forward(request, reply, (await existing(request, reply)).transport)
   })
 
   app.get('/mcp', { schema: { summary: 'MCP Streamable HTTP: the server-to-client event stream of a session', tags: ['mcp'] } }, async (request, reply) =>
-    forward(request, reply, existing(request, reply).transport))
+    forward(request, reply, (await existing(request, reply)).transport))
 
   app.delete('/mcp', { schema: { summary: 'MCP Streamable HTTP: end a session (its workspace goes with it)', tags: ['mcp'] } }, async (request, reply) =>
-    forward(request, reply, existing(request, reply).transport))
+    forward(request, reply, (await existing(request, reply)).transport))
 }

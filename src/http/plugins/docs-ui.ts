@@ -1,0 +1,38 @@
+/**
+ * /docs: the OpenAPI document in Swagger UI. @fastify/swagger-ui and the
+ * static file server under it are loaded by the first request for a page,
+ * not at start-up: a service is seldom browsed. They live in a small
+ * Fastify instance of their own, given the app's document; these routes
+ * hand it each request and send back its answer.
+ */
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+
+const PREFIX = '/docs'
+/** Headers of the inner answer that describe its connection, not its content: the outer reply has its own. */
+const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'date'])
+
+async function buildUi (document: unknown): Promise<FastifyInstance> {
+  const [{ default: Fastify }, { default: swagger }, { default: swaggerUi }] = await Promise.all([import('fastify'), import('@fastify/swagger'), import('@fastify/swagger-ui')])
+  const ui = Fastify()
+  await ui.register(swagger, { mode: 'static', specification: { document: document as never } })
+  await ui.register(swaggerUi, { routePrefix: PREFIX })
+  await ui.ready()
+  return ui
+}
+
+export const docsUi: FastifyPluginAsync = async (app) => {
+  let ui: Promise<FastifyInstance> | undefined
+  app.addHook('onClose', async () => { if (ui) await (await ui).close() })
+
+  const forward = async (request: FastifyRequest, reply: FastifyReply) => {
+    ui ??= buildUi(app.swagger())
+    // Always a GET: for a HEAD, Fastify drops the body and keeps its length.
+    const answer = await (await ui).inject({ method: 'GET', url: request.url, headers: request.headers })
+    // A page that is not there is the app's NotFound problem, as for any other URL.
+    if (answer.statusCode === 404) return reply.callNotFound()
+    const headers = Object.fromEntries(Object.entries(answer.headers).filter(([name]) => !CONNECTION_HEADERS.has(name)))
+    return reply.code(answer.statusCode).headers(headers).send(answer.rawPayload)
+  }
+  app.get(PREFIX, { schema: { hide: true } }, forward)
+  app.get(`${PREFIX}/*`, { schema: { hide: true } }, forward)
+}

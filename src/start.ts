@@ -1,0 +1,93 @@
+/**
+ * Starting the service: config → buildApp → listen → graceful shutdown.
+ * server.ts (the entry) loads this module once the Node.js version is known
+ * to do. The only module that reads process.env or argv.
+ */
+import { parseArgs } from 'node:util'
+import closeWithGrace from 'close-with-grace'
+import type { Logger } from 'pino'
+import { buildApp } from './app.ts'
+import { type Config, ConfigError, defaultConfig, loadConfigFile, withTokensFile } from './config.ts'
+import { createLogger } from './logger.ts'
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost'])
+/** How long cancelled calls get to unwind (kill their processes, remove workspaces) at shutdown. */
+const CANCEL_SETTLE_MS = 3000
+/** How long the exit waits for buffered log lines to be written. */
+const LOG_FLUSH_WAIT_MS = 2000
+
+function fail (message: string): never {
+  process.stderr.write(`toolport: ${message}\n`)
+  process.exit(1)
+}
+
+/** Reads the config file (if any) and applies HOST and PORT from the environment. */
+async function readConfig (): Promise<{ config: Config, file: string | undefined }> {
+  const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } }, strict: true })
+  if (values.help) {
+    process.stdout.write('usage: toolport [--config FILE]\n  env: TOOLPORT_CONFIG=FILE, HOST (default 127.0.0.1), PORT (default 8080)\n')
+    process.exit(0)
+  }
+  const file = values.config ?? process.env['TOOLPORT_CONFIG'] ?? undefined
+  const loaded = file ? await loadConfigFile(file) : defaultConfig()
+  if (process.env['TOOLPORT_TOKENS_FILE']) loaded.auth.tokens_file = process.env['TOOLPORT_TOKENS_FILE']
+  const config = await withTokensFile(loaded)
+  if (process.env['HOST']) config.server.host = process.env['HOST']
+  if (process.env['PORT']) {
+    const port = Number(process.env['PORT'])
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`PORT: must be a port number, got ${JSON.stringify(process.env['PORT'])}`)
+    config.server.port = port
+  }
+  return { config, file }
+}
+
+/** Without tokens, only loopback is safe to listen on — unless the operator says otherwise. */
+function checkExposure (config: Config, log: Logger): void {
+  if (config.auth.tokens.length > 0) return
+  if (!LOOPBACK.has(config.server.host) && !config.auth.disabled) {
+    throw new ConfigError(`auth: no tokens are configured, so refusing to listen on ${config.server.host}; add auth.tokens or set auth.disabled: true`)
+  }
+  log.warn('auth is off: no tokens are configured')
+}
+
+async function main (): Promise<void> {
+  let loaded
+  try {
+    loaded = await readConfig()
+  } catch (error) {
+    fail(error instanceof ConfigError || error instanceof TypeError ? error.message : String(error))
+  }
+  const { config, file } = loaded
+  const log = createLogger(config)
+  try {
+    checkExposure(config, log)
+  } catch (error) {
+    fail((error as Error).message)
+  }
+  const secrets = [file, config.auth.tokens_file].filter((p): p is string => p !== undefined)
+  const app = await buildApp(config, { logger: log, hidePaths: secrets })
+  closeWithGrace({ delay: config.server.drain_timeout_ms + CANCEL_SETTLE_MS + 5000, logger: false }, async ({ signal, err }) => {
+    if (err) log.error({ err }, 'shutting down after an error')
+    else log.info({ signal }, 'shutting down: draining in-flight calls')
+    await app.runtime.drain(config.server.drain_timeout_ms)
+    // Calls outliving the drain are cancelled, then given a moment to answer and
+    // remove their workspaces before the connections and sources close.
+    app.runtime.cancelRunning()
+    await app.runtime.drain(CANCEL_SETTLE_MS)
+    await app.close()
+    // What is buffered goes out first, so that 'stopped' is the last line (pino writes it at exit);
+    // a log output that cannot take it (a stalled pipe) does not hold the exit.
+    await new Promise<void>((resolve) => {
+      log.flush(() => { resolve() })
+      setTimeout(resolve, LOG_FLUSH_WAIT_MS).unref()
+    })
+    log.info('stopped')
+  })
+  await app.listen({ host: config.server.host, port: config.server.port })
+  // The start-up lines go out now, not with the first periodic flush.
+  log.flush()
+  // The sandbox is chosen after listening (app.ts); one the config requires but that does not work ends the service.
+  app.runtime.finishStart().catch((error: unknown) => { fail(error instanceof Error ? error.message : String(error)) })
+}
+
+await main()
