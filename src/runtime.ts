@@ -153,6 +153,7 @@ export class Runtime implements ExecutionServices {
       const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]
       this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: workspaceRoots, secretFiles: this.#options.hidePaths ?? [] })
       this.metrics.sandboxMode.set({ mode: this.runner.mode }, 1)
+      this.log.info({ sandbox: this.runner.mode }, 'sandbox chosen: tool processes can run')
       return this.runner
     })()
     return this.#choosingRunner

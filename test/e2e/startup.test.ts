@@ -1,0 +1,90 @@
+/**
+ * Starting the built server: on a Node.js older than the service needs, one
+ * line that says what to do (not a stack trace from inside a dependency);
+ * on a good one, it answers before the sandbox is chosen, and a call made at
+ * once still runs in the sandbox.
+ */
+import { execFileSync, spawn } from 'node:child_process'
+import { describe, expect, it } from 'vitest'
+import { MIN_NODE } from '../../src/node-version.ts'
+import { SERVER_ENTRY, startServer } from '../support/server-process.ts'
+
+/** Where a machine's own (older) Node is found when use-node24.sh is not in effect. */
+const SYSTEM_NODES = ['/usr/bin/node', '/bin/node', '/usr/local/bin/node']
+
+function versionOf (node: string): string | undefined {
+  try {
+    return execFileSync(node, ['--version'], { encoding: 'utf8' }).trim().replace(/^v/, '')
+  } catch {
+    return undefined
+  }
+}
+
+const tooOld = (version: string): boolean => {
+  const [major = 0, minor = 0] = version.split('.').map(Number)
+  return major < MIN_NODE.major || (major === MIN_NODE.major && minor < MIN_NODE.minor)
+}
+
+/**
+ * An old Node to start the entry with: the machine's own where it is older
+ * than the floor (as on a newcomer's machine), else this Node told by a
+ * preload that it is 20.20.2, so the check is exercised either way.
+ */
+function oldNode (): { argv: string[], version: string } {
+  for (const node of SYSTEM_NODES) {
+    const version = versionOf(node)
+    if (version !== undefined && tooOld(version)) return { argv: [node], version }
+  }
+  const version = '20.20.2'
+  return { argv: [process.execPath, '--import', `data:text/javascript,Object.defineProperty(process.versions,'node',{value:'${version}'})`], version }
+}
+
+function run (argv: string[]): Promise<{ code: number | null, stdout: string, stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(argv[0] as string, argv.slice(1), { env: { PATH: process.env['PATH'] ?? '', PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+    child.once('error', reject)
+    child.once('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}
+
+describe('starting the built server', () => {
+  it('on a Node.js older than the floor, says in one line which Node is needed and how to get it, and exits 1', async () => {
+    const { argv, version } = oldNode()
+    const result = await run([...argv, SERVER_ENTRY])
+    expect(result.stderr).toBe(`toolport: Node.js ${MIN_NODE.major}.${MIN_NODE.minor} or newer is needed (this is ${version}); ` +
+      'on an older machine, run ". scripts/use-node24.sh" (see README "Run it")\n')
+    expect(result.stdout).toBe('')
+    expect(result.code).toBe(1)
+  })
+
+  it('answers before the sandbox is chosen, and a call made at once waits for it and runs sandboxed', async () => {
+    const server = await startServer({ sandbox: { mode: 'bwrap' } })
+    const deadline = Date.now() + 15_000
+    let status = 0
+    while (status !== 200 && Date.now() < deadline) {
+      if (server.child.exitCode !== null) throw new Error(`server exited: ${server.output()}`)
+      status = await fetch(`${server.base}/healthz`).then((response) => response.status, () => 0)
+      if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 5))
+    }
+    expect(status).toBe(200)
+    const response = await fetch(`${server.base}/v1/tools/exec_shell/execute`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ arguments: { command: 'id -u; hostname' } }),
+    })
+    expect(await response.json()).toMatchObject({ result: { exit_code: 0, stdout: '65534\ntoolport-sandbox\n' } })
+    // The log says so in order: listening first, the sandbox chosen after (lines leave in batches: wait for it).
+    const messages = () => server.output().split('\n').filter((line) => line.startsWith('{')).map((line) => (JSON.parse(line) as { msg: string }).msg)
+    const logged = Date.now() + 5000
+    while (!messages().some((msg) => msg.startsWith('sandbox chosen')) && Date.now() < logged) await new Promise((resolve) => setTimeout(resolve, 20))
+    const lines = messages()
+    const listening = lines.findIndex((msg) => msg.startsWith('Server listening'))
+    const chosen = lines.findIndex((msg) => msg.startsWith('sandbox chosen'))
+    expect(listening).toBeGreaterThanOrEqual(0)
+    expect(chosen).toBeGreaterThan(listening)
+  })
+})
