@@ -127,9 +127,9 @@ export class ConfigError extends Error {
   }
 }
 
-// The schemas are the service's own constants: checking them against JSON Schema's
-// meta-schema at every start would cost more than validating the config itself.
-const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: false, validateSchema: false })
+// Compiled at every start to validate one config: no meta-schema check of the service's own
+// constant schemas, and no optimising of code that runs once (both cost more than the validation).
+const ajv = new Ajv({ allErrors: false, useDefaults: true, strict: false, validateSchema: false, code: { optimize: false } })
 const validateConfig = ajv.compile<Config>(ConfigSchema)
 
 function keyOf (error: ErrorObject): string {
