@@ -8,6 +8,32 @@ import type { WorkspaceQuota } from '../workspaces/quotas.ts'
 
 export type JsonSchema = Record<string, unknown>
 
+/** MCP's four behaviour hints. A client may rely on them only as far as it trusts the server. */
+export interface ToolAnnotations {
+  readOnlyHint: boolean
+  destructiveHint: boolean
+  idempotentHint: boolean
+  openWorldHint: boolean
+}
+
+/** The four hint names, in MCP's order. */
+export const HINTS = ['readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint'] as const
+
+/** What MCP assumes of a hint nobody gave: the cautious reading. */
+export const DEFAULT_ANNOTATIONS: Readonly<ToolAnnotations> = { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true }
+
+/** The four hints of an untrusted `annotations` value (an upstream server's, an executable's): booleans only, the rest dropped. */
+export function hintsOf (value: unknown): Partial<ToolAnnotations> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return {}
+  const given = value as Record<string, unknown>
+  return Object.fromEntries(HINTS.filter((hint) => typeof given[hint] === 'boolean').map((hint) => [hint, given[hint]]))
+}
+
+/** A tool's four hints, each the tool's own or MCP's default. */
+export function annotationsOf (tool: AnyTool): ToolAnnotations {
+  return { ...DEFAULT_ANNOTATIONS, ...tool.annotations }
+}
+
 /** Where a tool comes from, as the catalog reports it. */
 export type ToolSource = 'builtin' | 'executable' | 'mcp'
 
@@ -36,6 +62,10 @@ export interface Tool<Args = Record<string, unknown>> {
   /** JSON Schema of the arguments; the execution path validates them before `execute`. */
   parameters: JsonSchema
   source: ToolSource
+  /** The MCP hints the tool's source gave; the ones missing take MCP's defaults (annotationsOf). */
+  annotations?: Partial<ToolAnnotations>
+  /** JSON Schema of a result (built-ins), before truncation: the catalog publishes it with the truncation envelope. */
+  outputSchema?: JsonSchema
   /** Hidden from catalogs unless an `allowed` glob selects it (MCP `internal_only`). */
   internal?: boolean
   /** A per-tool concurrency limit (spawn's 5), taken after the global limiter. */

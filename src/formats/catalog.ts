@@ -1,5 +1,6 @@
 /** The catalog in the formats of the contract. One tool schema serves them all. */
-import type { AnyTool } from '../execution/tool.ts'
+import { publishedOutputSchema } from '../execution/output-schema.ts'
+import { annotationsOf, type AnyTool, type ToolAnnotations } from '../execution/tool.ts'
 import { toStrictSchema } from './strict-schema.ts'
 
 export const CATALOG_FORMATS = ['native', 'openai', 'responses', 'anthropic', 'mcp'] as const
@@ -14,8 +15,20 @@ export interface CatalogOptions {
 const parametersOf = (tool: AnyTool): Record<string, unknown> => tool.parameters
 
 /** A tool in the native format: the one `GET /v1/tools/{name}` answers. */
-export function nativeEntry (tool: AnyTool): { name: string, description: string, parameters: Record<string, unknown>, source: AnyTool['source'] } {
-  return { name: tool.name, description: tool.description, parameters: parametersOf(tool), source: tool.source }
+export function nativeEntry (tool: AnyTool): { name: string, description: string, parameters: Record<string, unknown>, source: AnyTool['source'], annotations: ToolAnnotations } {
+  return { name: tool.name, description: tool.description, parameters: parametersOf(tool), source: tool.source, annotations: annotationsOf(tool) }
+}
+
+/** A tool as MCP's tools/list has it; `outputSchema` for the tools that declare their results (the built-ins). */
+function mcpEntry (tool: AnyTool): Record<string, unknown> {
+  const outputSchema = publishedOutputSchema(tool)
+  return {
+    name: tool.name,
+    description: tool.description,
+    inputSchema: parametersOf(tool),
+    ...(outputSchema === undefined ? {} : { outputSchema }),
+    annotations: annotationsOf(tool),
+  }
 }
 
 /** An OpenAI function: its parameters, and with strict mode asked for, whether they could be made strict. */
@@ -38,7 +51,7 @@ export function catalogEntry (tool: AnyTool, format: CatalogFormat, options: Cat
     case 'anthropic':
       return { name: tool.name, description: tool.description, input_schema: parametersOf(tool) }
     case 'mcp':
-      return { name: tool.name, description: tool.description, inputSchema: parametersOf(tool) }
+      return mcpEntry(tool)
   }
 }
 

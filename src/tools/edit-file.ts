@@ -16,6 +16,9 @@ export const editFileTool = defineBuiltin({
     old_text: Type.String({ description: 'Exact text to find and replace' }),
     new_text: Type.String({ description: 'Replacement text' }),
   }),
+  outputSchema: Type.Object({ message: Type.String() }, { additionalProperties: false }),
+  // A repeat finds the text already replaced (or, if new_text contains old_text, edits again).
+  annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
   async execute (args, ctx) {
     if (args.old_text === '') throw new ToolError('InvalidArgs', 'old_text must not be empty')
     return editFile(ctx.workspaceDir, args.path, ctx.quota, (text) => {

@@ -9,7 +9,7 @@ import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './process-result.ts'
+import { checkArgv, effectiveTimeout, failedRun, markIfCut, processOutput, processResult } from './process-result.ts'
 
 /** clawft's default patterns, matched case-insensitively as substrings. */
 export const DEFAULT_DENYLIST = [
@@ -31,6 +31,8 @@ export function createExecShellTool (options: { config: Config['tools']['exec_sh
       command: Type.String({ description: 'Shell command to execute' }),
       timeout: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: `Timeout in seconds (default: ${options.config.timeout_default}, max: ${options.config.timeout_max})` })),
     }),
+    outputSchema: processOutput({ duration_ms: Type.Number({ minimum: 0 }) }),
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     async execute (args, ctx) {
       checkArgv([args.command], 'command')
       const pattern = deniedPattern(args.command, denylist)

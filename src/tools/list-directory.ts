@@ -37,6 +37,16 @@ export const listDirectoryTool = defineBuiltin({
   parameters: Type.Object({
     path: Type.String({ description: 'Directory path to list (relative to the workspace; "." for the workspace itself)' }),
   }),
+  outputSchema: Type.Object({
+    entries: Type.Array(Type.Object({
+      name: Type.String(),
+      is_dir: Type.Boolean(),
+      size: Type.Integer({ minimum: 0, description: 'Bytes (of the link itself, for a symlink)' }),
+    }, { additionalProperties: false })),
+    truncated: Type.Optional(Type.Literal(true, { description: 'Only the leading entries fit the result limit' })),
+    total_entries: Type.Optional(Type.Integer({ minimum: 0, description: 'Entries in the directory, when the listing was cut' })),
+  }, { additionalProperties: false }),
+  annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
     const absolute = await existingPath(ctx.workspaceDir, args.path)
     let dir
@@ -52,7 +62,7 @@ export const listDirectoryTool = defineBuiltin({
       const entries = fitting(await measured(names, dir.at), total, ctx.maxResultBytes)
       if (entries.length === total) return { entries }
       ctx.markTruncated?.()
-      return { entries, truncated: true, total_entries: total }
+      return { entries, truncated: true as const, total_entries: total }
     } catch (error) {
       throw fsError(error, args.path)
     } finally {

@@ -15,6 +15,16 @@ export const memoryReadTool = defineBuiltin({
   parameters: Type.Object({
     query: Type.Optional(Type.String({ description: 'Search query to filter paragraphs (case-insensitive)' })),
   }),
+  outputSchema: Type.Union([
+    Type.Object({ content: Type.String(), message: Type.String({ description: 'Why there is no content' }) }, { additionalProperties: false }),
+    Type.Object({ content: Type.String({ description: 'The whole memory file' }) }, { additionalProperties: false }),
+    Type.Object({
+      query: Type.String(),
+      matches: Type.Array(Type.String(), { description: 'The paragraphs that contain the query' }),
+      count: Type.Integer({ minimum: 0 }),
+    }, { additionalProperties: false }),
+  ]),
+  annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
     const file = await resolveMemoryFile(ctx.workspaceDir)
     // clawft's answer, with or without a query.

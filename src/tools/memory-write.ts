@@ -21,6 +21,9 @@ export const memoryWriteTool = defineBuiltin({
     content: Type.String({ description: 'Content to write to memory' }),
     mode: Type.Optional(Type.Union([Type.Literal('append'), Type.Literal('overwrite')], { description: 'Write mode: "append" (default) or "overwrite"' })),
   }),
+  outputSchema: Type.Object({ message: Type.String(), path: Type.String({ description: 'The memory file, relative to the workspace' }) }, { additionalProperties: false }),
+  // The hints hold for either mode: overwrite replaces the memory, and a repeated append adds the paragraph again.
+  annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
   async execute (args, ctx) {
     const mode = args.mode ?? 'append'
     const file = await resolveMemoryFile(ctx.workspaceDir)

@@ -84,12 +84,20 @@ export function createMessageTool (channels: Config['channels'], log: Logger): {
       chat_id: Type.String({ description: 'Target chat or conversation ID' }),
       content: Type.String({ description: 'Message content to send' }),
     }),
+    outputSchema: Type.Object({
+      status: Type.Literal('sent', { description: 'Queued for the webhook: dispatch, not delivery' }),
+      channel: Type.String(),
+      chat_id: Type.String(),
+      content_length: Type.Integer({ minimum: 0, description: 'Characters sent, once sanitised' }),
+    }, { additionalProperties: false }),
+    // Each call sends one more message: it adds, never changes what was sent, and cannot be repeated harmlessly.
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
     async execute (args) {
       const channel = channels[args.channel]
       if (!channel) throw new ToolError('InvalidArgs', `unknown channel ${JSON.stringify(args.channel)}; configured channels: ${names.join(', ')}`)
       const content = sanitiseContent(args.content)
       sender.enqueue({ channel: args.channel, chat_id: args.chat_id, content, webhook: channel.webhook })
-      return { status: 'sent', channel: args.channel, chat_id: args.chat_id, content_length: content.length }
+      return { status: 'sent' as const, channel: args.channel, chat_id: args.chat_id, content_length: content.length }
     },
   })
   return { tool, close: () => sender.close() }

@@ -2,8 +2,9 @@
  * What the process tools (exec_shell, spawn, bash) share: the timeout rule,
  * the argv check, the failure of a timed-out, cancelled or never started run,
  * and a result whose output is cut to fit the result limit and says what was
- * cut.
+ * cut, and that result's schema.
  */
+import { type Static, type TProperties, Type } from '@sinclair/typebox'
 import type { ToolContext } from '../execution/tool.ts'
 import { fitString, shareRoom } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
@@ -43,12 +44,25 @@ export function failedRun (run: RunResult, timeoutSeconds: number): ToolError | 
   return undefined
 }
 
-interface Stream { text: string, bytes: number, truncated: boolean }
-
-/** A cut stream says so: `<name>_truncated: true` and `<name>_bytes`, the total it printed. */
-function cutFields (name: string, stream: Stream): Record<string, unknown> {
-  return stream.truncated ? { [`${name}_truncated`]: true, [`${name}_bytes`]: stream.bytes } : {}
+/** What every process result holds. A cut stream says so: `<name>_truncated: true` and `<name>_bytes`, the total it printed. */
+const PROCESS_FIELDS = {
+  exit_code: Type.Integer({ description: 'The exit code; -1 when the process was killed by a signal' }),
+  stdout: Type.String(),
+  stderr: Type.String(),
+  stdout_truncated: Type.Optional(Type.Literal(true, { description: 'stdout was cut to fit the result limit' })),
+  stdout_bytes: Type.Optional(Type.Integer({ minimum: 0, description: 'Bytes the process wrote to stdout, when it was cut' })),
+  stderr_truncated: Type.Optional(Type.Literal(true, { description: 'stderr was cut to fit the result limit' })),
+  stderr_bytes: Type.Optional(Type.Integer({ minimum: 0, description: 'Bytes the process wrote to stderr, when it was cut' })),
 }
+
+type ProcessFields = Static<ReturnType<typeof processOutput<Record<never, never>>>>
+
+/** The schema of a process tool's result: the process fields and the tool's own `tail`. */
+export function processOutput<T extends TProperties> (tail: T) {
+  return Type.Object({ ...PROCESS_FIELDS, ...tail }, { additionalProperties: false })
+}
+
+interface Stream { text: string, bytes: number, truncated: boolean }
 
 function cut (stream: Stream, budget: number): Stream {
   // +2: the budget is for the text, its JSON string also has quotes.
@@ -62,9 +76,14 @@ function cut (stream: Stream, budget: number): Stream {
  * stays a well-formed result that says what was cut, rather than becoming a
  * truncation envelope.
  */
-export function processResult (run: RunResult, maxBytes: number, tail: Record<string, unknown>): Record<string, unknown> {
-  const shape = (out: Stream, err: Stream): Record<string, unknown> => ({
-    exit_code: run.exitCode, stdout: out.text, stderr: err.text, ...cutFields('stdout', out), ...cutFields('stderr', err), ...tail,
+export function processResult<T extends Record<string, unknown>> (run: RunResult, maxBytes: number, tail: T): ProcessFields & T {
+  const shape = (out: Stream, err: Stream): ProcessFields & T => ({
+    exit_code: run.exitCode,
+    stdout: out.text,
+    stderr: err.text,
+    ...(out.truncated ? { stdout_truncated: true as const, stdout_bytes: out.bytes } : {}),
+    ...(err.truncated ? { stderr_truncated: true as const, stderr_bytes: err.bytes } : {}),
+    ...tail,
   })
   const stdout = { text: run.stdout, bytes: run.stdoutBytes, truncated: run.stdoutTruncated }
   const stderr = { text: run.stderr, bytes: run.stderrBytes, truncated: run.stderrTruncated }
@@ -77,7 +96,7 @@ export function processResult (run: RunResult, maxBytes: number, tail: Record<st
 }
 
 /** Tells the execution path when a process result had its output cut. */
-export function markIfCut (result: Record<string, unknown>, ctx: ToolContext): Record<string, unknown> {
-  if (result['stdout_truncated'] === true || result['stderr_truncated'] === true) ctx.markTruncated?.()
+export function markIfCut<R extends ProcessFields> (result: R, ctx: ToolContext): R {
+  if (result.stdout_truncated === true || result.stderr_truncated === true) ctx.markTruncated?.()
   return result
 }

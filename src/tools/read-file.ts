@@ -5,7 +5,7 @@
  * line boundary and says where the next page starts.
  */
 import type { FileHandle } from 'node:fs/promises'
-import { Type } from '@sinclair/typebox'
+import { type Static, Type } from '@sinclair/typebox'
 import { defineBuiltin } from '../execution/define.ts'
 import { fitString } from '../execution/truncate.ts'
 import { checkedStat, openForReading, readPrefix } from '../workspace-fs/read.ts'
@@ -19,10 +19,21 @@ const Parameters = Type.Object({
   limit: Type.Optional(Type.Integer({ minimum: 1, description: 'Maximum number of lines to return' })),
 })
 
+/** The whole file's text; with offset or limit, a page of lines and where the next one starts. */
+const Output = Type.Object({
+  content: Type.String({ description: 'The text read' }),
+  offset: Type.Optional(Type.Integer({ minimum: 1, description: 'The page\'s first line (paging only)' })),
+  lines: Type.Optional(Type.Integer({ minimum: 0, description: 'Lines in the page (paging only)' })),
+  next_offset: Type.Optional(Type.Integer({ minimum: 1, description: 'Where the next page starts, when there is more' })),
+  line_truncated: Type.Optional(Type.Literal(true, { description: 'The page\'s one line was longer than the result limit and was cut' })),
+}, { additionalProperties: false })
+
 export const readFileTool = defineBuiltin({
   name: 'read_file',
   description: 'Read the contents of a file in the workspace. Use offset and limit (lines) to page through large files.',
   parameters: Parameters,
+  outputSchema: Output,
+  annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
     const handle = await openForReading(ctx.workspaceDir, args.path)
     const stat = await checkedStat(handle, args.path)
@@ -34,7 +45,7 @@ export const readFileTool = defineBuiltin({
       const offset = args.offset ?? 1
       const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes)
       const result = fitPage(page, offset, ctx.maxResultBytes)
-      if (result['line_truncated'] === true) ctx.markTruncated?.()
+      if (result.line_truncated === true) ctx.markTruncated?.()
       return result
     } finally {
       await handle.close()
@@ -111,9 +122,9 @@ async function hasByteAt (handle: FileHandle, position: number): Promise<boolean
  * larger than the raw bytes): the longest run of whole lines that fits,
  * or, when not even the first line does, that line cut.
  */
-function fitPage (page: Page, offset: number, maxBytes: number): Record<string, unknown> {
+function fitPage (page: Page, offset: number, maxBytes: number): Static<typeof Output> {
   const texts = page.lines.map((line) => line.toString('utf8'))
-  const result = (count: number, more: boolean, content = texts.slice(0, count).join('')): Record<string, unknown> => ({
+  const result = (count: number, more: boolean, content = texts.slice(0, count).join('')): Static<typeof Output> => ({
     content, offset, lines: count, ...(more ? { next_offset: offset + count } : {}),
   })
   const fits = (count: number): boolean => Buffer.byteLength(JSON.stringify(result(count, true))) <= maxBytes
@@ -128,5 +139,5 @@ function fitPage (page: Page, offset: number, maxBytes: number): Record<string, 
   if (low > 0) return result(low, true)
   // Not even the first line fits whole: its start, and the next page begins after it.
   const room = maxBytes - Buffer.byteLength(JSON.stringify({ ...result(1, true, ''), line_truncated: true }))
-  return { ...result(1, true, fitString(texts[0] ?? '', room + 2)), line_truncated: true }
+  return { ...result(1, true, fitString(texts[0] ?? '', room + 2)), line_truncated: true as const }
 }

@@ -9,7 +9,7 @@ import { Limiter } from '../execution/limiter.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { checkArgv, effectiveTimeout, failedRun, markIfCut, processResult } from './process-result.ts'
+import { checkArgv, effectiveTimeout, failedRun, markIfCut, processOutput, processResult } from './process-result.ts'
 
 /** A spawn may ask for up to this many seconds. */
 export const SPAWN_TIMEOUT_MAX = 3600
@@ -25,6 +25,8 @@ export function createSpawnTool (options: { config: Config['tools']['spawn'], ru
       description: Type.Optional(Type.String({ description: 'Human-readable description of the task' })),
       timeout: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: `Timeout in seconds (default: ${options.config.timeout_default})` })),
     }),
+    outputSchema: processOutput({ command: Type.String(), description: Type.String() }),
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     limiter: new Limiter({ name: 'spawn', maxConcurrent: options.config.max_concurrent, maxQueue: 0, queueTimeoutMs: 1, rejectCode: 'ExecutionFailed' }),
     async execute (args, ctx) {
       checkArgv([args.command, ...(args.args ?? [])], 'command and args')

@@ -95,6 +95,15 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
       method: Type.Optional(Type.String({ pattern: '^[A-Za-z]{1,16}$', description: 'HTTP method (default: "GET")' })),
       headers: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'HTTP headers as key-value pairs' })),
     }),
+    outputSchema: Type.Object({
+      status: Type.Integer({ description: 'The HTTP status of the last hop' }),
+      content_type: Type.String(),
+      body: Type.String({ description: 'The body as text, with a notice when cut at tools.web_fetch.max_bytes' }),
+      url: Type.String({ description: 'The URL answered, after redirects' }),
+      bytes: Type.Integer({ minimum: 0, description: 'The body\'s size (its content-length when declared)' }),
+    }, { additionalProperties: false }),
+    // Any method may be sent: a POST or DELETE can change or remove what is out there, and repeat it.
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true },
     async execute (args, ctx) {
       let url = parseUrl(args.url, guarded)
       let method = (args.method ?? 'GET').toUpperCase()

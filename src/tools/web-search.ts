@@ -21,6 +21,18 @@ export function createWebSearchTool (config: Config['tools']['web_search']) {
       query: Type.String({ minLength: 1, description: 'Search query string' }),
       num_results: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: 'Maximum number of results to return (default: 5)' })),
     }),
+    outputSchema: Type.Union([
+      Type.Object({
+        query: Type.String(),
+        results: Type.Array(Type.Object({ title: Type.String(), url: Type.String(), snippet: Type.String() }, { additionalProperties: false })),
+      }, { additionalProperties: false }),
+      Type.Object({
+        error: Type.String({ description: 'Why there are no results: no endpoint is configured' }),
+        message: Type.String(),
+        query: Type.String(),
+      }, { additionalProperties: false }),
+    ]),
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     async execute (args, ctx) {
       if (!config.endpoint) {
         return {

@@ -12,6 +12,9 @@ export const writeFileTool = defineBuiltin({
     path: Type.String({ description: 'File path to write (relative to the workspace)' }),
     content: Type.String({ description: 'Content to write to the file' }),
   }),
+  outputSchema: Type.Object({ message: Type.String() }, { additionalProperties: false }),
+  // Overwrites what was there; writing the same content again changes nothing more.
+  annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
     const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'path names the workspace itself, not a file')

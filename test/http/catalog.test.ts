@@ -16,7 +16,7 @@ describe('GET /v1/tools', () => {
     const tools = await catalog(app)
     expect(tools.map((t) => t.name)).toEqual(CLAWFT)
     for (const tool of tools) {
-      expect(tool).toEqual({ name: expect.any(String), description: expect.any(String), parameters: expect.objectContaining({ type: 'object' }), source: 'builtin' })
+      expect(tool).toEqual({ name: expect.any(String), description: expect.any(String), parameters: expect.objectContaining({ type: 'object' }), source: 'builtin', annotations: expect.any(Object) })
     }
   })
 
@@ -28,7 +28,7 @@ describe('GET /v1/tools', () => {
     const mcp = await catalog(app, '?format=mcp')
     expect(openai).toEqual(native.map((t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: t.parameters } })))
     expect(anthropic).toEqual(native.map((t) => ({ name: t.name, description: t.description, input_schema: t.parameters })))
-    expect(mcp).toEqual(native.map((t) => ({ name: t.name, description: t.description, inputSchema: t.parameters })))
+    expect(mcp).toEqual(native.map((t) => ({ name: t.name, description: t.description, inputSchema: t.parameters, outputSchema: expect.objectContaining({ type: 'object' }), annotations: t.annotations })))
   })
 
   it('filters with allowed globs', async () => {

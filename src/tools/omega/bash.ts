@@ -23,6 +23,12 @@ export function bashTool (runner: ProcessRunner, timeoutSeconds = BASH_TIMEOUT_S
     parameters: Type.Object({
       command: Type.String({ description: 'The bash command to run' }),
     }),
+    outputSchema: Type.Object({
+      content: Type.String({ description: 'stdout and stderr combined, with a notice when cut' }),
+      is_error: Type.Boolean({ description: 'The command exited with a non-zero code' }),
+      exit_code: Type.Integer(),
+    }, { additionalProperties: false }),
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     async execute (args, ctx) {
       if (args.command.trim() === '') throw new ToolError('InvalidArgs', 'command must not be empty')
       checkArgv([args.command], 'command')

@@ -20,6 +20,8 @@ export const readTool = defineBuiltin({
   name: 'read',
   description: 'Read a file in the workspace as text (50,000 characters at most).',
   parameters: Type.Object({ file_path: FilePath }),
+  outputSchema: Type.Object({ content: Type.String({ description: 'The text, with a notice when cut' }) }, { additionalProperties: false }),
+  annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
     const absolute = await existingPath(ctx.workspaceDir, args.file_path)
     const { handle, stat } = await openContained(ctx.workspaceDir, absolute, args.file_path)
@@ -39,6 +41,8 @@ export const writeTool = defineBuiltin({
   name: 'write',
   description: 'Write (create or overwrite) a file in the workspace, creating parent directories; answers the byte count.',
   parameters: Type.Object({ file_path: FilePath, content: Type.String({ description: 'The content to write' }) }),
+  outputSchema: Type.Object({ content: Type.String(), bytes: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+  annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
     const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.file_path)
     if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'file_path names the workspace itself')
@@ -57,6 +61,8 @@ export const editTool = defineBuiltin({
     old_string: Type.String({ description: 'Text to find' }),
     new_string: Type.String({ description: 'Replacement for its first occurrence' }),
   }),
+  outputSchema: Type.Object({ content: Type.String(), occurrences: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
+  annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
   async execute (args, ctx) {
     if (args.old_string === '') throw new ToolError('InvalidArgs', 'old_string must not be empty')
     return editFile(ctx.workspaceDir, args.file_path, ctx.quota, (text) => {
