@@ -1,0 +1,272 @@
+/**
+ * The answers of requests sent with an Idempotency-Key, kept under the
+ * workspace root so that every instance sharing it (a ReadWriteMany volume)
+ * agrees on them:
+ *
+ *   <root>/idempotency/<tenant>/<sha256 of the key>.json          the record
+ *   <root>/idempotency/<tenant>/<...>.json.<generation>.replace   who replaced a stale record
+ *
+ * A record is claimed with an exclusive create (one instance wins), kept
+ * fresh while its request runs (its mtime is touched: the heartbeat), and
+ * completed by an atomic rename of the whole answer over it. A record past
+ * its expiry, or still "running" with no heartbeat for a while (its instance
+ * died), is stale: the next request replaces it, and only one request can,
+ * because it first claims the `.replace` marker named after that record's
+ * generation with another exclusive create.
+ *
+ * It stores HTTP answers (status, headers, body) and knows nothing of
+ * workspaces: it only borrows their root and their directory naming.
+ */
+import { createHash, randomUUID } from 'node:crypto'
+import { mkdir, open, readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import type { Logger } from 'pino'
+import { directoryNameOf } from '../workspaces/ids.ts'
+
+/** What a request answered, as the client got it. */
+export interface StoredAnswer {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
+
+interface RecordBase {
+  /** The method, path and body of the request that claimed the key (a digest). */
+  fingerprint: string
+  /** Names this claim; a replacement of a stale record claims a marker named after it. */
+  generation: string
+  createdAt: number
+  expiresAt: number
+}
+
+type KeyRecord = (RecordBase & { state: 'running' }) | (RecordBase & { state: 'done', answer: StoredAnswer })
+
+/** A claim this instance holds: its request runs, and must `complete` or `release` it. */
+export interface Ticket {
+  readonly file: string
+  readonly record: RecordBase & { state: 'running' }
+}
+
+export type ClaimResult =
+  | { kind: 'claimed', ticket: Ticket }
+  | { kind: 'replay', answer: StoredAnswer }
+  | { kind: 'running' }
+  | { kind: 'reused' }
+
+export interface IdempotencyStoreOptions {
+  /** The workspace root; records go under `<root>/idempotency`. */
+  root: string
+  ttlSeconds: number
+  log: Logger
+}
+
+/** A running request's record is touched this often... */
+const HEARTBEAT_MS = 10_000
+/** ...and a running record untouched this long was left by an instance that died: it may be taken over. */
+export const ABANDONED_AFTER_MS = 60_000
+/** A `.replace` marker (or a temp file) is kept this long: far beyond the moment between reading a stale record and replacing it. */
+const MARKER_KEEP_MS = 10 * 60_000
+/** Rounds of read-and-claim before a key whose record keeps changing counts as taken by a running request. */
+const CLAIM_ROUNDS = 3
+
+const errnoOf = (error: unknown): string | undefined => (error as NodeJS.ErrnoException).code
+
+export class IdempotencyStore {
+  readonly dir: string
+  readonly #ttlMs: number
+  readonly #log: Logger
+  /** The claims this instance holds, touched on every heartbeat. */
+  readonly #held = new Set<Ticket>()
+  /** Tenant directories known to exist: a claim then needs no mkdir. */
+  readonly #madeDirs = new Set<string>()
+  #heartbeat: NodeJS.Timeout | undefined
+  #sweeper: NodeJS.Timeout | undefined
+
+  constructor (options: IdempotencyStoreOptions) {
+    this.dir = path.join(options.root, 'idempotency')
+    this.#ttlMs = options.ttlSeconds * 1000
+    this.#log = options.log
+  }
+
+  /** Starts the heartbeat and the sweep of expired records (neither keeps the process alive). */
+  start (): void {
+    this.#heartbeat = setInterval(() => { void this.#touchHeld() }, HEARTBEAT_MS).unref()
+    const sweepMs = Math.min(this.#ttlMs, MARKER_KEEP_MS)
+    this.#sweeper = setInterval(() => {
+      this.sweep().catch((error: unknown) => { this.#log.warn({ err: error }, 'idempotency sweep failed') })
+    }, sweepMs).unref()
+  }
+
+  stop (): void {
+    clearInterval(this.#heartbeat)
+    clearInterval(this.#sweeper)
+  }
+
+  /**
+   * Claims `key` of `tenant` for a request with `fingerprint`, or says what
+   * became of the request that claimed it first: its answer to replay, still
+   * running, or another request (reused).
+   */
+  async claim (tenant: string, key: string, fingerprint: string): Promise<ClaimResult> {
+    const tenantDir = path.join(this.dir, directoryNameOf(tenant))
+    const file = path.join(tenantDir, `${createHash('sha256').update(key).digest('hex')}.json`)
+    const now = Date.now()
+    const record = { state: 'running' as const, fingerprint, generation: randomUUID(), createdAt: now, expiresAt: now + this.#ttlMs }
+    for (let round = 0; round < CLAIM_ROUNDS; round++) {
+      if (await this.#create(tenantDir, file, record)) return this.#hold({ file, record })
+      const found = await readRecord(file)
+      if (found === 'absent') continue
+      if (this.#isStale(found)) {
+        if (await this.#replace(file, generationOf(found), record)) return this.#hold({ file, record })
+        continue
+      }
+      // Unreadable and recent: a claim being written this very moment.
+      if (found.record === null) return { kind: 'running' }
+      if (found.record.fingerprint !== fingerprint) return { kind: 'reused' }
+      return found.record.state === 'done' ? { kind: 'replay', answer: found.record.answer } : { kind: 'running' }
+    }
+    // Another request is replacing the record right now: it runs, this one waits its turn.
+    return { kind: 'running' }
+  }
+
+  /** Stores the answer of a claimed request, for every later request with its key. */
+  async complete (ticket: Ticket, answer: StoredAnswer): Promise<void> {
+    this.#held.delete(ticket)
+    await writeAtomically(ticket.file, { ...ticket.record, state: 'done', answer })
+  }
+
+  /** Gives a claimed key up (its request did not run): the next request with it runs. */
+  async release (ticket: Ticket): Promise<void> {
+    this.#held.delete(ticket)
+    const found = await readRecord(ticket.file)
+    // Only our own claim: after a takeover the record is another request's.
+    if (found !== 'absent' && found.record?.generation === ticket.record.generation) await rm(ticket.file, { force: true })
+  }
+
+  /**
+   * Removes expired and abandoned records, and old markers and temp files.
+   * Only records untouched for the TTL or the abandonment bound (whichever is
+   * shorter) are read, so a sweep is mostly a stat per record; one that
+   * expired sooner is removed by a later sweep, and ignored meanwhile.
+   */
+  async sweep (): Promise<void> {
+    const now = Date.now()
+    for (const tenant of await readdir(this.dir).catch(() => [] as string[])) {
+      const tenantDir = path.join(this.dir, tenant)
+      for (const name of await readdir(tenantDir).catch(() => [] as string[])) {
+        const file = path.join(tenantDir, name)
+        const info = await stat(file).catch(() => null)
+        if (!info) continue
+        const age = now - info.mtimeMs
+        if (!name.endsWith('.json')) {
+          if (age > MARKER_KEEP_MS) await rm(file, { force: true })
+          continue
+        }
+        if (age <= Math.min(this.#ttlMs, ABANDONED_AFTER_MS)) continue
+        const found = await readRecord(file)
+        // Between this read and the removal another instance could replace the record; the window is a few
+        // microseconds, after the old record's own expiry, and costs at most one more run of a new request.
+        if (found !== 'absent' && this.#isStale(found)) await rm(file, { force: true })
+      }
+    }
+  }
+
+  /**
+   * A finished record past its expiry, or a running (or unreadable) one whose
+   * heartbeat stopped: its instance died. A running one never expires while
+   * its request runs: a repeat meanwhile is still a Conflict.
+   */
+  #isStale ({ record, mtimeMs }: FoundRecord): boolean {
+    if (record?.state === 'done') return Date.now() > record.expiresAt
+    return Date.now() - mtimeMs > ABANDONED_AFTER_MS
+  }
+
+  #hold (ticket: Ticket): ClaimResult {
+    this.#held.add(ticket)
+    return { kind: 'claimed', ticket }
+  }
+
+  /** The exclusive create of a claim: false when a record exists. */
+  async #create (tenantDir: string, file: string, record: KeyRecord): Promise<boolean> {
+    if (!this.#madeDirs.has(tenantDir)) {
+      await mkdir(tenantDir, { recursive: true })
+      this.#madeDirs.add(tenantDir)
+    }
+    try {
+      await writeFile(file, JSON.stringify(record), { flag: 'wx' })
+      return true
+    } catch (error) {
+      if (errnoOf(error) === 'EEXIST') return false
+      if (errnoOf(error) !== 'ENOENT') throw error
+      // The directory went (removed by hand): make it again, once.
+      this.#madeDirs.delete(tenantDir)
+      await mkdir(tenantDir, { recursive: true })
+      this.#madeDirs.add(tenantDir)
+      return this.#create(tenantDir, file, record)
+    }
+  }
+
+  /** Replaces the stale record of `generation` by `record`; false when another request replaces it. */
+  async #replace (file: string, generation: string, record: KeyRecord): Promise<boolean> {
+    try {
+      await writeFile(`${file}.${generation}.replace`, '', { flag: 'wx' })
+    } catch (error) {
+      if (errnoOf(error) === 'EEXIST') return false
+      throw error
+    }
+    await writeAtomically(file, record)
+    return true
+  }
+
+  async #touchHeld (): Promise<void> {
+    const now = new Date()
+    for (const ticket of this.#held) {
+      await utimes(ticket.file, now, now).catch((error: unknown) => {
+        this.#log.warn({ err: error }, 'could not renew an idempotency record')
+      })
+    }
+  }
+}
+
+async function writeAtomically (file: string, record: KeyRecord): Promise<void> {
+  const temp = `${file}.${randomUUID()}.tmp`
+  await writeFile(temp, JSON.stringify(record))
+  await rename(temp, file)
+}
+
+/** A record as read: `record` is null when the file holds no valid record (a claim half-written, or damaged). */
+interface FoundRecord {
+  record: KeyRecord | null
+  mtimeMs: number
+}
+
+/** The generation a replacement of `found` claims its marker for. */
+const generationOf = (found: FoundRecord): string => found.record?.generation ?? `unreadable-${found.mtimeMs}`
+
+async function readRecord (file: string): Promise<FoundRecord | 'absent'> {
+  let handle
+  try {
+    handle = await open(file, 'r')
+  } catch (error) {
+    if (errnoOf(error) === 'ENOENT') return 'absent'
+    throw error
+  }
+  try {
+    // One open file for both: the content and the mtime are of the same record even if a rename replaces it meanwhile.
+    const [text, { mtimeMs }] = await Promise.all([handle.readFile('utf8'), handle.stat()])
+    return { record: parseRecord(text), mtimeMs }
+  } finally {
+    await handle.close()
+  }
+}
+
+function parseRecord (text: string): KeyRecord | null {
+  try {
+    const record = JSON.parse(text) as KeyRecord
+    const valid = typeof record.fingerprint === 'string' && typeof record.generation === 'string' && Number.isFinite(record.expiresAt) &&
+      (record.state === 'running' || (record.state === 'done' && typeof record.answer?.body === 'string'))
+    return valid ? record : null
+  } catch {
+    return null
+  }
+}

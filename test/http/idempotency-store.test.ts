@@ -1,0 +1,86 @@
+/**
+ * The Idempotency-Key records on disk: claims, replays, takeover of a claim
+ * whose instance died, expiry on access and by the sweep. Two stores on one
+ * directory stand for two instances sharing a workspace root.
+ */
+import { readdir, utimes, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { pino } from 'pino'
+import { describe, expect, it } from 'vitest'
+import { ABANDONED_AFTER_MS, type ClaimResult, IdempotencyStore, type Ticket } from '../../src/http/idempotency-store.ts'
+import { tempDir } from '../helper.ts'
+
+const log = pino({ level: 'silent' })
+const ANSWER = { status: 200, headers: { 'content-type': 'application/json; charset=utf-8' }, body: '{"ok":true}' }
+
+const ticketOf = (result: ClaimResult): Ticket => {
+  if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
+  return result.ticket
+}
+
+/** Sets a file's mtime `ms` into the past, as if its instance stopped touching it that long ago. */
+const ageBy = (file: string, ms: number) => utimes(file, new Date(Date.now() - ms), new Date(Date.now() - ms))
+
+describe('IdempotencyStore', () => {
+  it('claims once across two stores on one root, then replays, refuses another fingerprint, and keeps tenants apart', async () => {
+    const root = await tempDir()
+    const a = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    const b = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    const ticket = ticketOf(await a.claim('acme', 'key', 'f1'))
+    expect(await b.claim('acme', 'key', 'f1')).toEqual({ kind: 'running' })
+    expect(await b.claim('acme', 'key', 'f2')).toEqual({ kind: 'reused' })
+    expect((await b.claim('beta', 'key', 'f1')).kind).toBe('claimed')
+    await a.complete(ticket, ANSWER)
+    expect(await b.claim('acme', 'key', 'f1')).toEqual({ kind: 'replay', answer: ANSWER })
+    expect(await b.claim('acme', 'key', 'f2')).toEqual({ kind: 'reused' })
+  })
+
+  it('lets exactly one of several requests take over a running claim whose heartbeat stopped', async () => {
+    const root = await tempDir()
+    const dead = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    const stale = ticketOf(await dead.claim('acme', 'key', 'f1'))
+    await ageBy(stale.file, ABANDONED_AFTER_MS + 5000)
+    const others = Array.from({ length: 4 }, () => new IdempotencyStore({ root, ttlSeconds: 60, log }))
+    const results = await Promise.all(others.map((store) => store.claim('acme', 'key', 'f1')))
+    expect(results.filter((result) => result.kind === 'claimed')).toHaveLength(1)
+    expect(results.filter((result) => result.kind === 'running')).toHaveLength(3)
+    // The dead instance's late release does not free the new claim.
+    await dead.release(stale)
+    expect(await others[0]?.claim('acme', 'key', 'f1')).toEqual({ kind: 'running' })
+  })
+
+  it('takes a half-written claim for a running one while it is recent, and replaces it once it is old', async () => {
+    const root = await tempDir()
+    const store = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    const ticket = ticketOf(await store.claim('acme', 'key', 'f1'))
+    await writeFile(ticket.file, '{"state":"runn')
+    expect(await store.claim('acme', 'key', 'f1')).toEqual({ kind: 'running' })
+    await ageBy(ticket.file, ABANDONED_AFTER_MS + 5000)
+    expect((await store.claim('acme', 'key', 'f1')).kind).toBe('claimed')
+  })
+
+  it('ignores an expired answer (the key runs again) and sweeps expired records and old markers away', async () => {
+    const root = await tempDir()
+    const store = new IdempotencyStore({ root, ttlSeconds: 1, log })
+    await store.complete(ticketOf(await store.claim('acme', 'again', 'f1')), ANSWER)
+    await store.complete(ticketOf(await store.claim('acme', 'gone', 'f1')), ANSWER)
+    await new Promise((resolve) => setTimeout(resolve, 1100))
+    // Expired: another request with the key is no reuse; it runs, and its answer replaces the old one.
+    const again = ticketOf(await store.claim('acme', 'again', 'f2'))
+    await store.complete(again, ANSWER)
+    const dir = path.dirname(again.file)
+    // Every file there untouched for longer than the abandonment bound and a marker's keep.
+    for (const name of await readdir(dir)) await ageBy(path.join(dir, name), ABANDONED_AFTER_MS + 11 * 60_000)
+    const running = ticketOf(await store.claim('acme', 'running', 'f1'))
+    await store.sweep()
+    // Left: the new answer of `again` (not expired yet, however old its file) and the running claim.
+    expect((await readdir(dir)).sort()).toEqual([path.basename(again.file), path.basename(running.file)].sort())
+  })
+
+  it('frees a released claim: the next request with the key runs', async () => {
+    const root = await tempDir()
+    const store = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    await store.release(ticketOf(await store.claim('acme', 'key', 'f1')))
+    expect((await store.claim('acme', 'key', 'f2')).kind).toBe('claimed')
+  })
+})
