@@ -9,6 +9,7 @@ import { type Logger, pino } from 'pino'
 import type { Config } from './config.ts'
 import { Runtime } from './runtime.ts'
 import { installAuth } from './http/plugins/auth.ts'
+import { idempotency } from './http/plugins/idempotency.ts'
 import { docsUi } from './http/plugins/docs-ui.ts'
 import { lazySerializers } from './http/plugins/lazy-serializers.ts'
 import { answerClientError } from './http/plugins/client-errors.ts'
@@ -110,6 +111,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(docsUi)
 
   // Each route module is an encapsulated plugin: what it adds (a body parser, a hook) stays its own.
+  // Before the routes: it hooks into the ones that declare `idempotent`.
+  await app.register(idempotency, { runtime })
   await app.register(healthRoutes, { runtime })
   await app.register(toolRoutes, { runtime })
   await app.register(toolCallRoutes, { runtime })

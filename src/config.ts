@@ -46,6 +46,8 @@ export const ConfigSchema = Type.Object({
     max_mcp_sessions: int(1, 100),
     /** An MCP session unused this long ends (and its workspace goes). */
     mcp_session_idle_seconds: int(1, 900),
+    /** How long an Idempotency-Key's answer is kept and replayed. */
+    idempotency_ttl_seconds: int(1, 86_400),
   }),
   workspaces: section({
     root: Type.String({ default: path.join(os.tmpdir(), 'toolport-workspaces') }),

@@ -18,6 +18,7 @@ export const ERROR_STATUS = {
   PayloadTooLarge: 413,
   Conflict: 409,
   Overloaded: 503,
+  IdempotencyKeyReused: 422,
 } as const
 
 export type ErrorCode = keyof typeof ERROR_STATUS
@@ -35,6 +36,7 @@ const TITLES: Record<ErrorCode, string> = {
   PayloadTooLarge: 'Payload too large',
   Conflict: 'Conflict',
   Overloaded: 'Overloaded',
+  IdempotencyKeyReused: 'Idempotency key reused',
 }
 
 /** How clawft's `Display` of a ToolError starts (`{"error": "file not found: a.txt"}`). */
@@ -51,6 +53,7 @@ const MESSAGE_PREFIX: Record<ErrorCode, string> = {
   PayloadTooLarge: 'payload too large',
   Conflict: 'conflict',
   Overloaded: 'overloaded',
+  IdempotencyKeyReused: 'idempotency key reused',
 }
 
 export function isErrorCode (value: unknown): value is ErrorCode {

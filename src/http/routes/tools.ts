@@ -60,6 +60,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
   })
 
   app.post('/v1/tools/:name/execute', {
+    config: { idempotent: true },
     schema: {
       summary: 'Run one tool call',
       tags: ['tools'],

@@ -21,6 +21,7 @@ export const workspaceRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = 
   installJsonBody(app, () => ({}))
 
   app.post('/v1/workspaces', {
+    config: { idempotent: true },
     schema: { summary: 'Create a persistent workspace', tags: ['workspaces'], body: CreateBody, response: { 201: Created, ...problems(400, 401, 403, 409) } },
   }, async (request, reply) => {
     const record = await store.create(request.principal.tenant, { id: request.body.id, ttlSeconds: request.body.ttl_seconds })

@@ -1,0 +1,201 @@
+/**
+ * Idempotency-Key on the POSTs (contract "Repeatable requests"): replays
+ * that run nothing again, 422 for another request with the key, 409 while
+ * the first runs, keys per tenant, malformed keys, expiry, and which answers
+ * are kept.
+ */
+import { readdir, readFile, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp } from '../helper.ts'
+import { expectProblem } from '../support/problem.ts'
+import { requestAs } from '../support/requests.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+const EXECUTE = '/v1/tools/exec_shell/execute'
+
+const post = (app: App, url: string, body: unknown, key?: string, token: string | null = null) =>
+  requestAs(app, token, 'POST', url, body, key === undefined ? {} : { 'idempotency-key': key })
+
+/** An exec_shell call that appends one line to log.txt of a persistent workspace. */
+const appendLine = (workspace = 'w') => ({ workspace, arguments: { command: 'echo ran >> log.txt' } })
+
+/** The lines of a workspace file, read with read_file (no key). */
+async function linesOf (app: App, file: string, token: string | null = null, workspace = 'w'): Promise<string[]> {
+  const answer = await post(app, '/v1/tools/read_file/execute', { workspace, arguments: { path: file } }, undefined, token)
+  expect(answer.status, JSON.stringify(answer.body)).toBe(200)
+  return String(answer.body.result.content).trim().split('\n')
+}
+
+/** Waits for `file` to exist in the workspace: the command that makes it is running. */
+async function untilExists (app: App, file: string, workspace = 'w'): Promise<void> {
+  for (;;) {
+    const answer = await post(app, '/v1/tools/exec_shell/execute', { workspace, arguments: { command: `test -e ${file}` } })
+    if (answer.body.result?.exit_code === 0) return
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+/** A command that says it started, then waits for the test to create `release`. */
+const heldCommand = (then = 'echo ran >> log.txt') => `touch started; while [ ! -e release ]; do sleep 0.02; done; ${then}`
+
+describe('Idempotency-Key', () => {
+  it('replays the first answer (same status and body, Idempotent-Replayed) and runs nothing again', async () => {
+    const app = await buildTestApp()
+    const first = await post(app, EXECUTE, appendLine(), 'k-1')
+    expect(first.status).toBe(200)
+    expect(first.headers['idempotent-replayed']).toBeUndefined()
+    const again = await post(app, EXECUTE, appendLine(), 'k-1')
+    expect(again.status).toBe(200)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.headers['content-type']).toBe(first.headers['content-type'])
+    expect(again.body).toEqual(first.body)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+  })
+
+  it('takes the same body in another key order or spacing as the same request', async () => {
+    const app = await buildTestApp()
+    const first = await requestAs(app, null, 'POST', EXECUTE, JSON.stringify({ workspace: 'w', arguments: { command: 'echo ran >> log.txt' } }),
+      { 'idempotency-key': 'k-order', 'content-type': 'application/json' })
+    expect(first.status).toBe(200)
+    const reordered = await requestAs(app, null, 'POST', EXECUTE, '{ "arguments": {"command": "echo ran >> log.txt"},\n "workspace": "w" }',
+      { 'idempotency-key': 'k-order', 'content-type': 'application/json' })
+    expect(reordered.headers['idempotent-replayed']).toBe('true')
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+  })
+
+  it('is 422 IdempotencyKeyReused for the same key with another body or another path, and keeps the first answer', async () => {
+    const app = await buildTestApp()
+    const first = await post(app, EXECUTE, appendLine(), 'k-2')
+    expectProblem(await post(app, EXECUTE, { workspace: 'w', arguments: { command: 'echo other >> log.txt' } }, 'k-2'), 422, 'IdempotencyKeyReused', 'exec_shell')
+    expectProblem(await post(app, '/v1/tools/read_file/execute', appendLine(), 'k-2'), 422, 'IdempotencyKeyReused', 'read_file')
+    expectProblem(await post(app, '/v1/tool-calls', { workspace: 'w', calls: [] }, 'k-2'), 422, 'IdempotencyKeyReused')
+    const again = await post(app, EXECUTE, appendLine(), 'k-2')
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.body).toEqual(first.body)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+  })
+
+  it('is 409 Conflict while the first request still runs, then replays its answer', async () => {
+    const app = await buildTestApp()
+    const body = { workspace: 'w', arguments: { command: heldCommand() } }
+    const first = post(app, EXECUTE, body, 'k-3')
+    await untilExists(app, 'started')
+    expectProblem(await post(app, EXECUTE, body, 'k-3'), 409, 'Conflict', 'exec_shell')
+    // Another request with the key is still 422, running or not.
+    expectProblem(await post(app, EXECUTE, appendLine(), 'k-3'), 422, 'IdempotencyKeyReused')
+    await post(app, '/v1/tools/write_file/execute', { workspace: 'w', arguments: { path: 'release', content: '' } })
+    const answered = await first
+    expect(answered.status).toBe(200)
+    const again = await post(app, EXECUTE, body, 'k-3')
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.body).toEqual(answered.body)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+  })
+
+  it('keeps keys per tenant: two tokens with the same key both run', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'acme', tenant: 'acme' }, { token: 'beta', tenant: 'beta' }] } })
+    const acme = await post(app, EXECUTE, appendLine(), 'shared-key', 'acme')
+    const beta = await post(app, EXECUTE, appendLine(), 'shared-key', 'beta')
+    expect([acme.status, beta.status]).toEqual([200, 200])
+    expect(beta.headers['idempotent-replayed']).toBeUndefined()
+    expect(await linesOf(app, 'log.txt', 'acme')).toEqual(['ran'])
+    expect(await linesOf(app, 'log.txt', 'beta')).toEqual(['ran'])
+    expect((await post(app, EXECUTE, appendLine(), 'shared-key', 'beta')).headers['idempotent-replayed']).toBe('true')
+    expect(await linesOf(app, 'log.txt', 'beta')).toEqual(['ran'])
+  })
+
+  it('refuses a malformed key with 400 BadRequest and runs nothing', async () => {
+    const app = await buildTestApp()
+    for (const key of ['', 'k'.repeat(256), 'a b', 'caf\u00e9', 'tab\there']) {
+      const answer = await app.inject({ method: 'POST', url: EXECUTE, payload: appendLine(), headers: { 'idempotency-key': key } })
+      expectProblem({ status: answer.statusCode, body: answer.json(), headers: answer.headers }, 400, 'BadRequest', 'exec_shell')
+    }
+    const longest = await post(app, EXECUTE, appendLine(), '!'.repeat(200) + '~'.repeat(55))
+    expect(longest.status).toBe(200)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+  })
+
+  it('forgets a key after server.idempotency_ttl_seconds: the request runs again', async () => {
+    const app = await buildTestApp({ server: { idempotency_ttl_seconds: 1 } })
+    expect((await post(app, EXECUTE, appendLine(), 'k-ttl')).status).toBe(200)
+    expect((await post(app, EXECUTE, appendLine(), 'k-ttl')).headers['idempotent-replayed']).toBe('true')
+    await new Promise((resolve) => setTimeout(resolve, 1100))
+    const later = await post(app, EXECUTE, appendLine(), 'k-ttl')
+    expect(later.status).toBe(200)
+    expect(later.headers['idempotent-replayed']).toBeUndefined()
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran', 'ran'])
+  })
+
+  it('replays POST /v1/workspaces: the same 201 body and Location, one workspace', async () => {
+    const app = await buildTestApp()
+    const first = await post(app, '/v1/workspaces', {}, 'k-ws')
+    expect(first.status).toBe(201)
+    const again = await post(app, '/v1/workspaces', {}, 'k-ws')
+    expect(again.status).toBe(201)
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.body).toEqual(first.body)
+    expect(again.headers['location']).toBe(first.headers['location'])
+    const tenantDir = path.join(app.runtime.config.workspaces.root, 'tenants', 'default', 'meta')
+    expect(await readdir(tenantDir)).toEqual([`${first.body.id}.json`])
+  })
+
+  it('replays POST /v1/tool-calls, errors included, with nothing run again', async () => {
+    const app = await buildTestApp()
+    const body = { workspace: 'w', calls: [{ name: 'exec_shell', arguments: { command: 'echo ran >> log.txt' } }, { name: 'no_such_tool', arguments: {} }] }
+    const first = await post(app, '/v1/tool-calls', body, 'k-batch')
+    expect(first.status).toBe(200)
+    const again = await post(app, '/v1/tool-calls', body, 'k-batch')
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.body).toEqual(first.body)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+    // An error answer of the route itself (404 for an unknown tool) is kept and replayed too.
+    const missing = await post(app, '/v1/tools/no_such_tool/execute', {}, 'k-404')
+    expectProblem(missing, 404, 'NotFound')
+    const missingAgain = await post(app, '/v1/tools/no_such_tool/execute', {}, 'k-404')
+    expect(missingAgain.headers['idempotent-replayed']).toBe('true')
+    expect(missingAgain.body).toEqual(missing.body)
+  })
+
+  it('does not keep a 503 Overloaded refusal: the retry with the key runs', async () => {
+    const app = await buildTestApp({ limits: { max_concurrent: 1, max_queue: 0 } })
+    const holder = post(app, EXECUTE, { workspace: 'w', arguments: { command: heldCommand('true') } })
+    await untilExistsWhileFull(app, holder)
+    expectProblem(await post(app, EXECUTE, appendLine(), 'k-busy'), 503, 'Overloaded', 'exec_shell')
+    await readyToRelease(app)
+    expect((await holder).status).toBe(200)
+    const retried = await post(app, EXECUTE, appendLine(), 'k-busy')
+    expect(retried.status).toBe(200)
+    expect(retried.headers['idempotent-replayed']).toBeUndefined()
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+  })
+
+  it('keeps its records under workspaces.root, per tenant, named by the key digest', async () => {
+    const app = await buildTestApp()
+    await post(app, EXECUTE, appendLine(), 'k-file')
+    const dir = path.join(app.runtime.config.workspaces.root, 'idempotency', 'default')
+    const [name] = await readdir(dir)
+    expect(name).toMatch(/^[0-9a-f]{64}\.json$/)
+    const record = JSON.parse(await readFile(path.join(dir, name as string), 'utf8'))
+    expect(record).toMatchObject({ state: 'done', answer: { status: 200 } })
+  })
+})
+
+/**
+ * With one slot and no queue, the held call fills the limiter: its `started`
+ * file is looked for on disk, since a call to look would be refused.
+ */
+async function untilExistsWhileFull (app: App, holder: Promise<unknown>): Promise<void> {
+  const file = path.join(app.runtime.config.workspaces.root, 'tenants', 'default', 'ws', 'w', 'started')
+  for (;;) {
+    if (await readFile(file).then(() => true, () => false)) return
+    const settled = await Promise.race([holder.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 20))])
+    if (settled) throw new Error('the held call ended early')
+  }
+}
+
+/** Creates the `release` file of a held command on disk (the limiter is full, so not through a call). */
+async function readyToRelease (app: App): Promise<void> {
+  await writeFile(path.join(app.runtime.config.workspaces.root, 'tenants', 'default', 'ws', 'w', 'release'), '')
+}
