@@ -4,7 +4,7 @@
  * argument, in the workspace, through the sandbox.
  */
 import path from 'node:path'
-import type { AnyTool, JsonSchema } from '../execution/tool.ts'
+import { type AnyTool, HINTS, hintsOf, type JsonSchema, type ToolAnnotations } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { clipText } from '../execution/truncate.ts'
@@ -17,6 +17,16 @@ export interface Description {
   name: string
   description: string
   parameters: JsonSchema
+  /** The MCP hints the executable gave (optional in `--describe`); the others take MCP's defaults. */
+  annotations: Partial<ToolAnnotations>
+}
+
+/** A reason when `annotations` is given but is not an object whose hints are booleans. */
+function badAnnotations (annotations: unknown): string | undefined {
+  if (annotations === undefined) return undefined
+  if (typeof annotations !== 'object' || annotations === null || Array.isArray(annotations)) return 'annotations must be an object of MCP hints'
+  const wrong = HINTS.find((hint) => hint in annotations && typeof (annotations as Record<string, unknown>)[hint] !== 'boolean')
+  return wrong === undefined ? undefined : `annotations.${wrong} must be true or false`
 }
 
 /** Checks a `--describe` answer: a reason string when it is not a valid description. */
@@ -28,11 +38,13 @@ export function parseDescription (stdout: string): Description | string {
     return '--describe did not print valid JSON'
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return '--describe did not print a JSON object'
-  const { name, description, parameters } = value as Record<string, unknown>
+  const { name, description, parameters, annotations } = value as Record<string, unknown>
   if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]{1,128}$/.test(name)) return 'name must be a string of letters, digits, "_", "." or "-"'
   if (typeof description !== 'string') return 'description must be a string'
   if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)) return 'parameters must be a JSON Schema object'
-  return { name, description, parameters: parameters as JsonSchema }
+  const annotationsProblem = badAnnotations(annotations)
+  if (annotationsProblem !== undefined) return annotationsProblem
+  return { name, description, parameters: parameters as JsonSchema, annotations: hintsOf(annotations) }
 }
 
 /** stdout as the tool's result: parsed when it is JSON, the text otherwise. */
@@ -52,6 +64,7 @@ export function executableTool (file: string, description: Description, options:
     description: description.description,
     parameters: description.parameters,
     source: 'executable',
+    annotations: description.annotations,
     async execute (args, ctx) {
       const run = await options.runner.run({
         command: file,

@@ -5,7 +5,7 @@
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
-import type { AnyTool, JsonSchema, ToolContext } from '../execution/tool.ts'
+import { type AnyTool, hintsOf, type JsonSchema, type ToolContext } from '../execution/tool.ts'
 import { clipText } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
 
@@ -24,6 +24,8 @@ export function wrapTools (server: string, tools: McpTool[], internal: boolean, 
     description: tool.description ?? '',
     parameters: tool.inputSchema ?? EMPTY_SCHEMA,
     source: 'mcp' as const,
+    // The server's own hints, passed on; the ones it leaves out take MCP's defaults in the catalog.
+    annotations: hintsOf(tool.annotations),
     internal,
     async execute (args: Record<string, unknown> | undefined, ctx: ToolContext) {
       return toolValueOf(await call(tool.name, args ?? {}, ctx))
