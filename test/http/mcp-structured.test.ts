@@ -57,8 +57,10 @@ describe('/mcp: annotations and structured results', () => {
 
   it('answers built-in calls, whole and cut, with structuredContent the SDK client validates against outputSchema', async () => {
     const { client } = await session()
-    // The client validates structuredContent only for tools it has seen listed.
-    await client.listTools()
+    // The client validates structuredContent only for tools it has seen listed with an outputSchema.
+    const { tools } = await client.listTools()
+    const validated = tools.filter((tool) => tool.outputSchema !== undefined).map((tool) => tool.name)
+    expect(validated).toEqual(expect.arrayContaining(['write_file', 'read_file', 'list_directory', 'memory_read', 'exec_shell', 'bash', 'write', 'read']))
     expect(await structured(client, 'write_file', { path: 'notes/a.txt', content: 'one\ntwo\n' })).toEqual({ message: 'Successfully wrote 8 bytes to notes/a.txt' })
     expect(await structured(client, 'read_file', { path: 'notes/a.txt', offset: 2 })).toEqual({ content: 'two\n', offset: 2, lines: 1 })
     expect(await structured(client, 'list_directory', { path: 'notes' })).toEqual({ entries: [{ name: 'a.txt', is_dir: false, size: 8 }] })

@@ -163,10 +163,17 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
 }
 
 describe('outputSchema of the built-ins', () => {
-  it('covers every built-in', async () => {
+  it('covers every built-in, each with a schema that refuses what is not its result', async () => {
     const app = await buildTestApp({ tools: { builtin: ['*'] }, channels: { ops: { webhook: 'http://127.0.0.1:9/hook' } } })
-    const names = (await app.inject({ method: 'GET', url: '/v1/tools' })).json().tools.map((tool: { name: string }) => tool.name)
-    expect(Object.keys(CASES).sort()).toEqual(names)
+    const tools = (await app.inject({ method: 'GET', url: '/v1/tools?format=mcp' })).json().tools as Array<{ name: string, outputSchema: Record<string, unknown> }>
+    expect(Object.keys(CASES).sort()).toEqual(tools.map((tool) => tool.name))
+    const ajv = new Ajv({ strict: true, strictTypes: false })
+    for (const tool of tools) {
+      const validate = ajv.compile(tool.outputSchema)
+      for (const stranger of [{}, { unexpected: true }, { _truncated_json: 1, _original_bytes: 1 }, 'text', [1]]) {
+        expect(validate(stranger), `${tool.name} refuses ${JSON.stringify(stranger)}`).toBe(false)
+      }
+    }
   })
 
   it.each(Object.keys(CASES))('%s: every result, whole or cut, satisfies the published schema', async (name) => {
