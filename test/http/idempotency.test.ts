@@ -168,6 +168,8 @@ describe('Idempotency-Key', () => {
     const retried = await post(app, EXECUTE, appendLine(), 'k-busy')
     expect(retried.status).toBe(200)
     expect(retried.headers['idempotent-replayed']).toBeUndefined()
+    // The retry's answer is the one kept.
+    expect((await post(app, EXECUTE, appendLine(), 'k-busy')).headers['idempotent-replayed']).toBe('true')
     expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
   })
 
