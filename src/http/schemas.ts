@@ -29,4 +29,10 @@ export const ToolEntry = Type.Object({
   description: Type.String(),
   parameters: JsonObject,
   source: Type.Unsafe<string>({ type: 'string', enum: ['builtin', 'executable', 'mcp'] }),
+  annotations: Type.Object({
+    readOnlyHint: Type.Boolean(),
+    destructiveHint: Type.Boolean(),
+    idempotentHint: Type.Boolean(),
+    openWorldHint: Type.Boolean(),
+  }, { description: 'MCP tool hints; a hint the source does not give takes the MCP default' }),
 })

@@ -42,5 +42,9 @@ describe('annotations of the built-ins', () => {
       const published = Object.fromEntries(tools.map((tool) => [tool.name, tool.annotations]))
       expect(published).toEqual(Object.fromEntries(Object.entries(EXPECTED).map(([name, hints]) => [name, asObject(hints)])))
     }
+    // One tool, as GET /v1/tools/{name} answers it, carries them too.
+    for (const [name, hints] of Object.entries(EXPECTED)) {
+      expect((await app.inject({ method: 'GET', url: `/v1/tools/${name}` })).json().annotations, name).toEqual(asObject(hints))
+    }
   })
 })
