@@ -19,6 +19,8 @@ import { installJsonBody } from './http/plugins/json-body.ts'
 import { mcpRoutes } from './http/routes/mcp.ts'
 import { openApiToolRoutes } from './http/routes/openapi-tools.ts'
 import { installProblemHandlers, sendProblem } from './http/plugins/problem.ts'
+import { installTracing } from './http/plugins/tracing.ts'
+import type { Tracing } from './telemetry/tracing.ts'
 import { ToolError } from './errors.ts'
 import { ProblemSchema } from './http/schemas.ts'
 import { toolCallRoutes } from './http/routes/tool-calls.ts'
@@ -40,6 +42,8 @@ export interface BuildOptions {
   hidePaths?: string[]
   /** Process metrics (off in tests that build many apps). */
   defaultMetrics?: boolean
+  /** Tracing, when it is on (start.ts loads it); the caller shuts it down after close(). */
+  tracing?: Tracing
 }
 
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
@@ -74,8 +78,10 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // validateSchema: the route schemas are the service's own constants, not worth a meta-schema check at every start.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } },
   })
-  const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics })
+  const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics, tracing: options.tracing })
   app.decorate('runtime', runtime)
+  // First of the hooks, so that the span covers a request that auth or a limit refuses.
+  if (options.tracing) installTracing(app, options.tracing)
   // A callback hook, not an async one: it runs for every request, and a promise per request is not free.
   // One listener for every response: 'close' fires once per response, so no once-wrapper (or closure) per request.
   const answered = (): void => { runtime.activeRequests-- }

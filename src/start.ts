@@ -9,12 +9,16 @@ import type { Logger } from 'pino'
 import { buildApp } from './app.ts'
 import { type Config, ConfigError, defaultConfig, loadConfigFile, withTokensFile } from './config.ts'
 import { createLogger } from './logger.ts'
+import { tracingOptionsFrom } from './telemetry/options.ts'
+import type { Tracing, TracingOptions } from './telemetry/tracing.ts'
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost'])
 /** How long cancelled calls get to unwind (kill their processes, remove workspaces) at shutdown. */
 const CANCEL_SETTLE_MS = 3000
 /** How long the exit waits for buffered log lines to be written. */
 const LOG_FLUSH_WAIT_MS = 2000
+/** How long the exit waits for the last spans to reach the collector. */
+const TRACE_FLUSH_WAIT_MS = 3000
 
 function fail (message: string): never {
   process.stderr.write(`toolport: ${message}\n`)
@@ -22,7 +26,7 @@ function fail (message: string): never {
 }
 
 /** Reads the config file (if any) and applies HOST and PORT from the environment. */
-async function readConfig (): Promise<{ config: Config, file: string | undefined }> {
+async function readConfig (): Promise<{ config: Config, file: string | undefined, tracing: TracingOptions | undefined }> {
   const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } }, strict: true })
   if (values.help) {
     process.stdout.write('usage: toolport [--config FILE]\n  env: TOOLPORT_CONFIG=FILE, HOST (default 127.0.0.1), PORT (default 8080)\n')
@@ -38,7 +42,24 @@ async function readConfig (): Promise<{ config: Config, file: string | undefined
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`PORT: must be a port number, got ${JSON.stringify(process.env['PORT'])}`)
     config.server.port = port
   }
-  return { config, file }
+  return { config, file, tracing: tracingOptionsFrom(process.env) }
+}
+
+/** The OpenTelemetry SDK, loaded only when tracing is on: without it, the service runs none of its code. */
+async function startTracing (options: TracingOptions | undefined, log: Logger): Promise<Tracing | undefined> {
+  if (options === undefined) return undefined
+  const { startTracing } = await import('./telemetry/otel.ts')
+  log.info({ protocol: options.protocol }, 'tracing: exporting spans over OTLP/HTTP')
+  return startTracing(options, log)
+}
+
+/** Sends what spans are buffered; a collector that does not answer does not hold the exit. */
+async function stopTracing (tracing: Tracing | undefined): Promise<void> {
+  if (tracing === undefined) return
+  await Promise.race([
+    tracing.shutdown().catch(() => {}),
+    new Promise<void>((resolve) => setTimeout(resolve, TRACE_FLUSH_WAIT_MS).unref()),
+  ])
 }
 
 /** Without tokens, only loopback is safe to listen on — unless the operator says otherwise. */
@@ -65,7 +86,8 @@ async function main (): Promise<void> {
     fail((error as Error).message)
   }
   const secrets = [file, config.auth.tokens_file].filter((p): p is string => p !== undefined)
-  const app = await buildApp(config, { logger: log, hidePaths: secrets })
+  const tracing = await startTracing(loaded.tracing, log)
+  const app = await buildApp(config, { logger: log, hidePaths: secrets, tracing })
   closeWithGrace({ delay: config.server.drain_timeout_ms + CANCEL_SETTLE_MS + 5000, logger: false }, async ({ signal, err }) => {
     if (err) log.error({ err }, 'shutting down after an error')
     else log.info({ signal }, 'shutting down: draining in-flight calls')
@@ -75,6 +97,7 @@ async function main (): Promise<void> {
     app.runtime.cancelRunning()
     await app.runtime.drain(CANCEL_SETTLE_MS)
     await app.close()
+    await stopTracing(tracing)
     // What is buffered goes out first, so that 'stopped' is the last line (pino writes it at exit);
     // a log output that cannot take it (a stalled pipe) does not hold the exit.
     await new Promise<void>((resolve) => {

@@ -16,6 +16,7 @@ import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
+import type { CallTracing } from '../telemetry/tracing.ts'
 
 /** What the execution path needs of the running service. */
 export interface ExecutionServices {
@@ -34,6 +35,8 @@ export interface ExecutionServices {
    * whose fields are all the service's own (no argument, header or result).
    */
   callLog: Logger
+  /** A span per call, when tracing is on. */
+  tracing?: CallTracing | undefined
 }
 
 /** Who is calling, and from where. */
@@ -48,6 +51,8 @@ export interface Caller {
 }
 
 export interface ToolCall {
+  /** The call's id in a batch (traced as gen_ai.tool.call.id). */
+  id?: string
   name: string
   arguments: unknown
   /** The caller's result limit; capped by the configured one. */
@@ -116,6 +121,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   const started = performance.now()
   // Unknown names stay out of metric labels: a caller must not be able to mint label values.
   let toolName = clipText(call.name, MAX_UNKNOWN_NAME_BYTES)
+  const span = services.tracing?.startCall(toolName, call.id)
   let metricName = '(unknown)'
   let workspaceId: string | null = null
   let outcome: Outcome
@@ -146,6 +152,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
         const raw = await tool.execute(args, {
           workspaceDir: lease.dir,
           workspaceId: lease.id,
+          keepsProcesses: lease.id !== null || lease.keepsProcesses === true,
           signal,
           maxResultBytes,
           log: caller.log,
@@ -174,6 +181,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   }
   outcome.durationMs = Math.round((performance.now() - started) * 1000) / 1000
   recordOutcome(services, caller.requestId, outcome, metricName, workspaceId)
+  span?.end(outcome)
   return outcome
 }
 

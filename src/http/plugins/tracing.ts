@@ -1,0 +1,52 @@
+/**
+ * A server span per HTTP request, continuing the caller's `traceparent`,
+ * active while the route runs so that each tool call's span is its child.
+ * Installed only when tracing is on: without it no hook runs.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { ATTR_MCP_METHOD_NAME, ATTR_MCP_SESSION_ID, type RequestSpan, type Tracing } from '../../telemetry/tracing.ts'
+
+const ATTR_REQUEST_ID = 'toolport.request_id'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    traceSpan: RequestSpan | null
+  }
+}
+
+/** The JSON-RPC method of a single /mcp message (a batch has no one method). */
+function mcpMethodOf (body: unknown): string | undefined {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined
+  const method = (body as { method?: unknown }).method
+  return typeof method === 'string' ? method : undefined
+}
+
+function isMcp (request: FastifyRequest): boolean {
+  return request.routeOptions.url === '/mcp'
+}
+
+export function installTracing (app: FastifyInstance, tracing: Tracing): void {
+  app.decorateRequest('traceSpan', null)
+  app.addHook('onRequest', (request, reply, done) => {
+    const queryAt = request.url.indexOf('?')
+    const path = queryAt === -1 ? request.url : request.url.slice(0, queryAt)
+    const span = tracing.startRequest(request.method, request.routeOptions.url, path, request.headers)
+    span.setAttribute(ATTR_REQUEST_ID, request.id)
+    request.traceSpan = span
+    // 'close' comes for every response, hijacked ones (/mcp) included, and for a client that left.
+    reply.raw.once('close', () => { span.end(reply.raw.statusCode) })
+    done()
+  })
+  // The body is parsed by now; from here on, what the route runs (and awaits) sees the request span as active.
+  app.addHook('preHandler', (request, _reply, done) => {
+    const span = request.traceSpan
+    if (span === null) return done()
+    if (isMcp(request)) {
+      const method = mcpMethodOf(request.body)
+      if (method !== undefined) span.setAttribute(ATTR_MCP_METHOD_NAME, method)
+      const session = request.headers['mcp-session-id']
+      if (typeof session === 'string') span.setAttribute(ATTR_MCP_SESSION_ID, session)
+    }
+    tracing.within(span, done)
+  })
+}
