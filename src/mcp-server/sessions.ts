@@ -19,6 +19,8 @@ import { VERSION } from '../version.ts'
 import type { Principal } from '../execution/principal.ts'
 import { answerInvalidParams } from './params.ts'
 import { requestIdOf } from '../execution/request-id.ts'
+import { ATTR_MCP_SESSION_ID } from '../telemetry/tracing.ts'
+import { reportProgress } from './progress.ts'
 
 export interface McpSession {
   id: string
@@ -71,11 +73,13 @@ export class McpSessions {
    * The caller closes the transport if its initialize request does not complete.
    */
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
-    const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant)
+    const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant, undefined, { keepsProcesses: true })
     const server = this.#server(principal, workspace, allowed)
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
+        // The initialize request's span learns the id it created.
+        this.#runtime.tracing?.annotateRequest(ATTR_MCP_SESSION_ID, id)
         this.#admit({ id, principal, transport, lastActive: Date.now() })
       },
     })
@@ -110,7 +114,9 @@ export class McpSessions {
         log: this.#log,
         signal: extra.signal,
       }
+      const stopProgress = reportProgress(request.params._meta?.progressToken, extra)
       const outcome = await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace)
+      stopProgress()
       return toCallToolResult(outcome)
     })
     return server

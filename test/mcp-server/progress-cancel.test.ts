@@ -1,0 +1,81 @@
+/**
+ * MCP progress and cancellation on /mcp, with the SDK's own client over a
+ * real socket: a long call that asked for progress gets notifications whose
+ * progress grows (so a client that resets its timeout on progress waits for
+ * it), and a cancelled call's process is killed and the call answers nothing.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { Progress } from '@modelcontextprotocol/sdk/types.js'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp, onCleanup } from '../helper.ts'
+import { eventually } from '../sources/helpers.ts'
+import { alive } from '../support/processes.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+async function connect (app: App): Promise<Client> {
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('not listening')
+  const client = new Client({ name: 'toolport-test', version: '1.0.0' })
+  await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${address.port}/mcp`)))
+  onCleanup(() => client.close())
+  return client
+}
+
+const textOf = (result: Awaited<ReturnType<Client['callTool']>>): string => (result.content as Array<{ text?: string }>).map((c) => c.text ?? '').join('')
+
+describe('/mcp progress and cancellation', () => {
+  it('sends growing progress for a long call that asked for it, so a timeout reset on progress does not end it', { timeout: 30_000 }, async () => {
+    const client = await connect(await buildTestApp())
+    const progress: Progress[] = []
+    // The client's timeout is far below the call's length: only progress keeps the call alive.
+    const result = await client.callTool({ name: 'exec_shell', arguments: { command: 'sleep 7; echo done' } }, undefined, {
+      onprogress: (update) => { progress.push(update) },
+      timeout: 5000,
+      resetTimeoutOnProgress: true,
+    })
+    expect(result.isError).toBeFalsy()
+    expect(textOf(result)).toContain('done')
+    expect(progress.length).toBeGreaterThanOrEqual(2)
+    for (let i = 1; i < progress.length; i++) expect(progress[i]!.progress).toBeGreaterThan(progress[i - 1]!.progress)
+    expect(progress[0]?.message).toMatch(/^running for \d+ s$/)
+  })
+
+  it('sends no progress to a call that did not ask for it', { timeout: 30_000 }, async () => {
+    const client = await connect(await buildTestApp())
+    const notifications: unknown[] = []
+    client.fallbackNotificationHandler = async (notification) => { notifications.push(notification) }
+    const result = await client.callTool({ name: 'exec_shell', arguments: { command: 'sleep 3' } })
+    expect(result.isError).toBeFalsy()
+    expect(notifications).toEqual([])
+  })
+
+  it('a cancelled call has its process killed within 2 s and answers nothing', { timeout: 30_000 }, async () => {
+    const client = await connect(await buildTestApp())
+    const errors: Error[] = []
+    client.onerror = (error) => { errors.push(error) }
+    const cancel = new AbortController()
+    const running = client.callTool({ name: 'exec_shell', arguments: { command: 'sleep 60 & echo $! > pid.txt; wait' } }, undefined, { signal: cancel.signal, onprogress: () => {} })
+    const settled = running.then(() => 'answered', (error: unknown) => error)
+    // The session's workspace is shared by its calls: the pid is read through read_file.
+    let pid = 0
+    const readPid = async (): Promise<boolean> => {
+      const read = await client.callTool({ name: 'read_file', arguments: { path: 'pid.txt' } })
+      pid = read.isError ? 0 : Number.parseInt((read.structuredContent as { content: string }).content, 10)
+      return pid > 0
+    }
+    expect(await eventually(readPid, 10_000)).toBe(true)
+    expect(await alive(pid)).toBe(true)
+    // Half a second into the call, as a user pressing stop would.
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    cancel.abort('stop')
+    expect(await eventually(async () => !(await alive(pid)), 2000)).toBe(true)
+    const outcome = await settled
+    expect(outcome).not.toBe('answered')
+    // The session goes on; a response for the cancelled request would have been reported as unknown.
+    expect((await client.callTool({ name: 'exec_shell', arguments: { command: 'echo after' } })).isError).toBeFalsy()
+    expect(errors).toEqual([])
+  })
+})
