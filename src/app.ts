@@ -18,6 +18,7 @@ import { healthRoutes } from './http/routes/health.ts'
 import { installJsonBody } from './http/plugins/json-body.ts'
 import { mcpRoutes } from './http/routes/mcp.ts'
 import { openApiToolRoutes } from './http/routes/openapi-tools.ts'
+import { processRoutes } from './http/routes/processes.ts'
 import { installProblemHandlers, sendProblem } from './http/plugins/problem.ts'
 import { installTracing } from './http/plugins/tracing.ts'
 import type { Tracing } from './telemetry/tracing.ts'
@@ -124,6 +125,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   await app.register(toolCallRoutes, { runtime })
   await app.register(workspaceRoutes, { runtime })
   await app.register(archiveRoutes, { runtime })
+  await app.register(processRoutes, { runtime })
   await app.register(openApiToolRoutes, { runtime })
   await app.register(mcpRoutes, { runtime })
 

@@ -96,6 +96,16 @@ export const ConfigSchema = Type.Object({
       timeout_max: int(1, 300),
       denylist: Type.Optional(Type.Array(Type.String())),
     }),
+    /** Long-running processes (on when `builtin` globs match the process_* tools). */
+    processes: section({
+      max_per_workspace: int(1, 8),
+      timeout_default: int(1, 3600),
+      timeout_max: int(1, 86_400),
+      /** Output kept per process (both streams, the most recent). */
+      max_output_bytes: int(1024, 1024 * 1024),
+      /** Ended processes kept per workspace, with their output. */
+      keep_ended: int(0, 50),
+    }),
     spawn: section({
       max_concurrent: int(1, 5),
       timeout_default: int(1, 60),

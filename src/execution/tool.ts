@@ -43,6 +43,8 @@ export interface ToolContext {
   workspaceDir: string
   /** The workspace id, or null for an ephemeral workspace. */
   workspaceId: string | null
+  /** The workspace outlives the call (a persistent one, or an MCP session's): processes may be started in it. */
+  keepsProcesses?: boolean
   /** Fires when the client goes away, the service shuts down or the call times out. */
   signal: AbortSignal
   /** The effective result limit in bytes (the tool may use it to read no more than needed). */

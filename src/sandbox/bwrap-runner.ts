@@ -24,7 +24,8 @@ import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { PidsCgroups } from './pids-cgroup.ts'
 import { reportsMissingProgram, runToCompletion } from './process.ts'
-import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
+import { commandNameOf, signalRunTree } from './process-tree.ts'
+import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
 
 export const BWRAP = '/usr/bin/bwrap'
 
@@ -91,7 +92,7 @@ export class BwrapRunner implements ProcessRunner {
    * benchmarks); `withPrlimit` false when the launcher outside bwrap has set
    * the limits already (rlimits are inherited through bwrap).
    */
-  argv (options: RunOptions, withPrlimit = true): string[] {
+  argv (options: LaunchOptions, withPrlimit = true): string[] {
     const env = scrubbedEnvironment(options.cwd, options.env)
     const hidden = this.#hiddenPaths()
     return [
@@ -139,6 +140,17 @@ export class BwrapRunner implements ProcessRunner {
   }
 
   async run (options: RunOptions): Promise<RunResult> {
+    const launch = await this.prepare(options)
+    try {
+      const result = await runToCompletion(launch, options)
+      return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
+    } finally {
+      // Whatever the run left is killed now; the wait for it to be gone need not hold the answer.
+      launch.release()
+    }
+  }
+
+  async prepare (options: LaunchOptions): Promise<PreparedLaunch> {
     const { ulimits } = this.#options
     const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
     // The limits are set inside the sandbox by a launcher that becomes the command (or runs its
@@ -146,12 +158,15 @@ export class BwrapRunner implements ProcessRunner {
     const inner = ulimits ? launcherArgv(ulimits, options.command, options.args) : undefined
     const bwrapArgs = inner ? this.argv({ ...options, command: inner[0] as string, args: inner.slice(1) }, false) : this.argv(options)
     const argv = cgroup ? launcherArgv(cgroup.join, BWRAP, bwrapArgs) : [BWRAP, ...bwrapArgs]
-    try {
-      const result = await runToCompletion({ file: argv[0] as string, args: argv.slice(1), env: { PATH: SAFE_PATH }, cwd: options.cwd, killTree: cgroup?.killAll }, options)
-      return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
-    } finally {
-      // Whatever the run left is killed now; the wait for it to be gone need not hold the answer.
-      void cgroup?.release()
+    return {
+      file: argv[0] as string,
+      args: argv.slice(1),
+      env: { PATH: SAFE_PATH },
+      cwd: options.cwd,
+      killTree: cgroup?.killAll,
+      // bwrap's monitor and the namespace's init: a TERM would end them, and with them (by SIGKILL) the command.
+      signalTree: (pid, signal) => signalRunTree({ pid, cgroupPids: cgroup?.pids, spare: (each) => commandNameOf(each) === 'bwrap' }, signal),
+      release: () => { void cgroup?.release() },
     }
   }
 }

@@ -51,11 +51,12 @@ export class BoundedCapture {
 }
 
 /** The length of the longest prefix of `bytes` that does not end inside a UTF-8 sequence. */
-function completeUtf8Length (bytes: Buffer): number {
+export function completeUtf8Length (bytes: Buffer): number {
   for (let back = 1; back <= Math.min(4, bytes.length); back++) {
     const byte = bytes[bytes.length - back] as number
     if ((byte & 0xc0) === 0x80) continue // a continuation byte: look further back
-    const needed = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1
+    // A byte that starts no sequence (0xf8 and above) ends an invalid one: nothing is waiting for more.
+    const needed = byte >= 0xf8 ? 1 : byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1
     return needed > back ? bytes.length - back : bytes.length
   }
   return bytes.length

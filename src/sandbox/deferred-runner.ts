@@ -4,7 +4,7 @@
  * the choice, so that a call made at once runs in the sandbox the config
  * asks for, never without it by accident.
  */
-import type { ProcessRunner, RunOptions, RunResult, SandboxMode } from './types.ts'
+import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult, SandboxMode } from './types.ts'
 
 export class DeferredRunner implements ProcessRunner {
   readonly #choose: () => Promise<ProcessRunner>
@@ -24,5 +24,10 @@ export class DeferredRunner implements ProcessRunner {
   async run (options: RunOptions): Promise<RunResult> {
     this.#chosen ??= await this.#choose()
     return this.#chosen.run(options)
+  }
+
+  async prepare (options: LaunchOptions): Promise<PreparedLaunch> {
+    this.#chosen ??= await this.#choose()
+    return this.#chosen.prepare(options)
   }
 }

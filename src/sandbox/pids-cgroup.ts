@@ -25,6 +25,8 @@ export interface RunCgroup {
   procsFile: string
   /** The shell command by which a launcher moves itself into the cgroup (launcher.ts). */
   join: string
+  /** The processes in the cgroup now. */
+  pids: () => number[]
   /** SIGKILLs every process in the cgroup (safe to call more than once). */
   killAll: () => void
   /**
@@ -150,7 +152,7 @@ export class PidsCgroups {
       try { rmdirSync(dir) } catch {}
     }
     const procsFile = path.join(dir, 'cgroup.procs')
-    return { procsFile, join: this.#joinCommand(dir), killAll: () => { killAll() }, release }
+    return { procsFile, join: this.#joinCommand(dir), pids: () => pidsIn(dir), killAll: () => { killAll() }, release }
   }
 
   /**

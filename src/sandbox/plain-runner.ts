@@ -8,7 +8,8 @@ import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { PidsCgroups } from './pids-cgroup.ts'
 import { reportsMissingProgram, runToCompletion } from './process.ts'
-import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
+import { signalRunTree } from './process-tree.ts'
+import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
 
 export class PlainRunner implements ProcessRunner {
   readonly mode = 'none' as const
@@ -26,23 +27,30 @@ export class PlainRunner implements ProcessRunner {
   }
 
   async run (options: RunOptions): Promise<RunResult> {
+    const launch = await this.prepare(options)
+    try {
+      const result = await runToCompletion(launch, options)
+      return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
+    } finally {
+      // Whatever the run left is killed now; the wait for it to be gone need not hold the answer.
+      launch.release()
+    }
+  }
+
+  async prepare (options: LaunchOptions): Promise<PreparedLaunch> {
     const cgroup = this.#pids?.create(this.#limits.maxProcesses)
     // With the limits set by the launcher, prlimit would only be one more program to start.
     const command = this.#ulimits ? [options.command, ...options.args] : [...this.#prefix, options.command, ...options.args]
     const prelude = [cgroup?.join, this.#ulimits].filter(Boolean).join(' && ')
     const argv = prelude ? launcherArgv(prelude, command[0] as string, command.slice(1)) : command
-    try {
-      const result = await runToCompletion({
-        file: argv[0] as string,
-        args: argv.slice(1),
-        env: scrubbedEnvironment(options.cwd, options.env),
-        cwd: options.cwd,
-        killTree: cgroup?.killAll,
-      }, options)
-      return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
-    } finally {
-      // Whatever the run left is killed now; the wait for it to be gone need not hold the answer.
-      void cgroup?.release()
+    return {
+      file: argv[0] as string,
+      args: argv.slice(1),
+      env: scrubbedEnvironment(options.cwd, options.env),
+      cwd: options.cwd,
+      killTree: cgroup?.killAll,
+      signalTree: (pid, signal) => signalRunTree({ pid, cgroupPids: cgroup?.pids }, signal),
+      release: () => { void cgroup?.release() },
     }
   }
 }

@@ -42,7 +42,36 @@ export interface RunResult {
   notFound?: boolean
 }
 
+/** What a process needs to be started in the sandbox; the caller runs it (a long-running process: processes/). */
+export type LaunchOptions = Pick<RunOptions, 'command' | 'args' | 'cwd' | 'env' | 'readOnlyPaths'>
+
+/**
+ * A process ready to start: the program and arguments that start it in the
+ * sandbox, with its limits, and the means to signal everything it starts.
+ */
+export interface PreparedLaunch {
+  file: string
+  args: string[]
+  env: Record<string, string>
+  cwd: string
+  /** SIGKILLs every process of the run, wherever it went (its cgroup); undefined without one. */
+  killTree?: (() => void) | undefined
+  /**
+   * Sends `signal` to every process of the run started as `pid`: its
+   * process group, its descendants and its cgroup. A signal other than
+   * SIGKILL spares the sandbox's own processes, whose end would SIGKILL
+   * the command before it could act on the signal. Returns how many
+   * processes it reached (none: the command has not started inside the
+   * sandbox yet).
+   */
+  signalTree: (pid: number, signal: NodeJS.Signals) => number
+  /** Call once the run has ended: what is left of it is killed and its cgroup freed. */
+  release: () => void
+}
+
 export interface ProcessRunner {
   readonly mode: SandboxMode
   run: (options: RunOptions) => Promise<RunResult>
+  /** The same sandbox, limits and cleanup as `run`, for a process the caller starts and follows itself. */
+  prepare: (options: LaunchOptions) => Promise<PreparedLaunch>
 }

@@ -16,6 +16,8 @@ import { memoryWriteTool } from './memory-write.ts'
 import { createMessageTool } from './message.ts'
 import { bashTool, editTool, readTool, writeTool } from './omega/index.ts'
 import { readFileTool } from './read-file.ts'
+import { createProcessTools } from './process-tools.ts'
+import type { ProcessTable } from '../processes/process-table.ts'
 import { createSpawnTool } from './spawn.ts'
 import { createWebFetchTool } from './web-fetch.ts'
 import { createWebSearchTool } from './web-search.ts'
@@ -45,12 +47,16 @@ function omegaTools (runner: ProcessRunner): AnyTool[] {
   return [bashTool(runner), readTool, writeTool, editTool]
 }
 
-/** The enabled built-ins (without `message`, which registers last). */
-export function builtinTools (config: Config, runner: ProcessRunner): AnyTool[] {
+/**
+ * The enabled built-ins (without `message`, which registers last). The
+ * process tools are never in the default set: globs must choose them.
+ */
+export function builtinTools (config: Config, runner: ProcessRunner, processes?: ProcessTable): AnyTool[] {
   const globs = config.tools.builtin
   if (globs === undefined) return clawftTools(config, runner)
   const enabled = globMatcher(globs)
-  return [...clawftTools(config, runner), ...omegaTools(runner)].filter((tool) => enabled(tool.name))
+  const processTools = processes ? createProcessTools(processes) : []
+  return [...clawftTools(config, runner), ...omegaTools(runner), ...processTools].filter((tool) => enabled(tool.name))
 }
 
 /** `message`, when at least one channel is configured (and the globs, if set, allow it). */

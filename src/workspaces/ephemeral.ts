@@ -18,6 +18,8 @@ export interface WorkspaceLease {
   id: string | null
   dir: string
   release: () => Promise<void>
+  /** An ephemeral workspace that outlives the call (an MCP session's): processes may run in it. */
+  keepsProcesses?: boolean
 }
 
 export class EphemeralWorkspaces {

@@ -12,12 +12,15 @@ export class WorkspaceScope {
   readonly #tenant: string
   readonly #workspaceId: string | undefined
   #ephemeral: Promise<WorkspaceLease> | undefined
+  readonly #keepsProcesses: boolean
   #closed = false
 
-  constructor (store: WorkspaceStore, tenant: string, workspaceId?: string) {
+  /** `keepsProcesses`: the ephemeral workspace lives as long as a session, and processes may run in it until then. */
+  constructor (store: WorkspaceStore, tenant: string, workspaceId?: string, options: { keepsProcesses?: boolean } = {}) {
     this.#store = store
     this.#tenant = tenant
     this.#workspaceId = workspaceId
+    this.#keepsProcesses = options.keepsProcesses === true
   }
 
   /** Throws InvalidArgs for a bad workspace id, before anything touches the filesystem. */
@@ -32,7 +35,7 @@ export class WorkspaceScope {
     this.#ephemeral ??= this.#store.ephemeral()
     const shared = await this.#ephemeral
     // The shared ephemeral workspace outlives each call: only close() removes it.
-    return { id: null, dir: shared.dir, release: async () => {} }
+    return { id: null, dir: shared.dir, release: async () => {}, keepsProcesses: this.#keepsProcesses }
   }
 
   /** Removes the ephemeral workspace, if one was made. */

@@ -86,6 +86,7 @@ export class WorkspaceStore {
   readonly #ephemeral: EphemeralWorkspaces
   #trash: WorkspaceTrash | undefined
   #sweeper: NodeJS.Timeout | undefined
+  #removalListeners: Array<(dir: string) => Promise<void>> = []
 
   constructor (options: WorkspaceStoreOptions) {
     this.#options = options
@@ -118,6 +119,15 @@ export class WorkspaceStore {
     void this.#trash.empty()
     this.#sweeper = setInterval(() => { void this.sweep() }, this.#options.sweepIntervalSeconds * 1000)
     this.#sweeper.unref()
+  }
+
+  /** `listener` runs before a workspace's files go (deleted, expired, an ephemeral one released): its processes end. */
+  onRemoval (listener: (dir: string) => Promise<void>): void {
+    this.#removalListeners.push(listener)
+  }
+
+  async #beforeRemoval (dir: string): Promise<void> {
+    for (const listener of this.#removalListeners) await listener(dir)
   }
 
   /** Stops the sweeper. Persistent workspaces stay on disk for the next start. */
@@ -202,6 +212,7 @@ export class WorkspaceStore {
 
   /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
   async #remove (tenant: string, id: string): Promise<void> {
+    await this.#beforeRemoval(this.#layout.workspaceDir(tenant, id))
     await this.#layout.remove(tenant, id)
     forgetUsage(this.#layout.workspaceDir(tenant, id))
     void this.#trash?.empty()
@@ -227,8 +238,10 @@ export class WorkspaceStore {
   }
 
   /** A fresh, empty workspace that disappears on release. */
-  ephemeral (): Promise<WorkspaceLease> {
-    return this.#ephemeral.lease()
+  async ephemeral (): Promise<WorkspaceLease> {
+    const lease = await this.#ephemeral.lease()
+    if (this.#removalListeners.length === 0) return lease
+    return { ...lease, release: async () => { await this.#beforeRemoval(lease.dir); await lease.release() } }
   }
 
   /**

@@ -37,7 +37,7 @@ async function pidFrom (file: string): Promise<number> {
 function recordingRunner (): { runner: ProcessRunner, runs: RunOptions[] } {
   const real = new PlainRunner({ cpuSeconds: 60, maxFileBytes: 2 ** 30, maxProcesses: 256, maxMemoryBytes: 2 ** 32 }, findPrlimit())
   const runs: RunOptions[] = []
-  return { runs, runner: { mode: 'none', run: (options) => { runs.push(options); return real.run(options) } } }
+  return { runs, runner: { mode: 'none', run: (options) => { runs.push(options); return real.run(options) }, prepare: (options) => real.prepare(options) } }
 }
 
 function execShell (config: Record<string, unknown> = {}) {

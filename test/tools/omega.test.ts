@@ -3,7 +3,7 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { findPrlimit } from '../../src/sandbox/limits.ts'
 import { PlainRunner } from '../../src/sandbox/plain-runner.ts'
-import type { RunOptions } from '../../src/sandbox/types.ts'
+import type { LaunchOptions, RunOptions } from '../../src/sandbox/types.ts'
 import { bashTool, editTool, readTool, writeTool } from '../../src/tools/omega/index.ts'
 import { truncateText } from '../../src/execution/truncate.ts'
 import { buildTestApp, exec, tempDir } from '../helper.ts'
@@ -15,7 +15,7 @@ const omegaApp = () => buildTestApp({ tools: { builtin: ['*'] } })
 function plainRunner () {
   const real = new PlainRunner({ cpuSeconds: 60, maxFileBytes: 2 ** 30, maxProcesses: 256, maxMemoryBytes: 2 ** 32 }, findPrlimit())
   const runs: RunOptions[] = []
-  return { runs, runner: { mode: 'none' as const, run: (options: RunOptions) => { runs.push(options); return real.run(options) } } }
+  return { runs, runner: { mode: 'none' as const, run: (options: RunOptions) => { runs.push(options); return real.run(options) }, prepare: (options: LaunchOptions) => real.prepare(options) } }
 }
 
 describe('omega truncate_output', () => {

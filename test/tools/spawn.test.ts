@@ -66,7 +66,7 @@ describe('spawn', () => {
   it('defaults the timeout to 60 s', async () => {
     const real = new PlainRunner({ cpuSeconds: 60, maxFileBytes: 2 ** 30, maxProcesses: 256, maxMemoryBytes: 2 ** 32 }, findPrlimit())
     const runs: RunOptions[] = []
-    const tool = createSpawnTool({ config: parseConfig({}).tools.spawn, runner: { mode: 'none', run: (options) => { runs.push(options); return real.run(options) } } })
+    const tool = createSpawnTool({ config: parseConfig({}).tools.spawn, runner: { mode: 'none', run: (options) => { runs.push(options); return real.run(options) }, prepare: (options) => real.prepare(options) } })
     const ctx = await toolContext()
     await tool.execute({ command: 'true' }, ctx)
     await tool.execute({ command: 'true', timeout: 120 }, ctx)

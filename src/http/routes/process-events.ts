@@ -1,0 +1,58 @@
+/**
+ * A process's output as Server-Sent Events: one event per chunk (`event:
+ * stdout|stderr`, `id:` the cursor after it, `data:` the text as a JSON
+ * string), then `event: end` with the process object once it has ended and
+ * everything is sent. A comment goes out after every KEEPALIVE_MS without
+ * output, so proxies keep the stream open. The client leaving ends the
+ * stream, never the process.
+ */
+import { once } from 'node:events'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { ManagedProcess } from '../../processes/managed-process.ts'
+
+const KEEPALIVE_MS = 15_000
+
+/** Whether the request asks for the event stream. */
+export function wantsEvents (request: FastifyRequest): boolean {
+  return (request.headers.accept ?? '').includes('text/event-stream')
+}
+
+/** The cursor a stream starts from: `Last-Event-ID` (a reconnecting EventSource sends it) over `after`. */
+export function eventsCursor (request: FastifyRequest, after: number): number {
+  const last = request.headers['last-event-id']
+  const value = Number(Array.isArray(last) ? last[0] : last)
+  return last !== undefined && Number.isSafeInteger(value) && value >= 0 ? value : after
+}
+
+export async function streamOutput (request: FastifyRequest, reply: FastifyReply, process: ManagedProcess, from: number, maxBytes: number): Promise<void> {
+  reply.hijack()
+  const raw = reply.raw
+  raw.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache',
+    'x-accel-buffering': 'no',
+    'x-request-id': request.id,
+  })
+  const gone = new AbortController()
+  raw.once('close', () => gone.abort())
+  const send = async (text: string): Promise<void> => {
+    if (!raw.write(text)) await once(raw, 'drain', { signal: gone.signal }).catch(() => {})
+  }
+  let cursor = from
+  while (!gone.signal.aborted) {
+    const read = process.output.read(cursor, maxBytes)
+    if (read.chunks.length > 0) {
+      const events = read.chunks.map((chunk, i) => `event: ${chunk.stream}\nid: ${read.chunks[i + 1]?.offset ?? read.next}\ndata: ${JSON.stringify(chunk.data)}\n\n`)
+      cursor = read.next
+      await send(events.join(''))
+      continue
+    }
+    cursor = read.next
+    if (!process.running) {
+      raw.end(`event: end\ndata: ${JSON.stringify(process.info())}\n\n`)
+      return
+    }
+    await process.waitForChange(KEEPALIVE_MS, gone.signal)
+    if (process.running && process.output.end === cursor && !gone.signal.aborted) await send(': keep-alive\n\n')
+  }
+}

@@ -1,0 +1,148 @@
+/**
+ * Processes that outlive a request: start, list, status, output (JSON with
+ * a cursor and long-poll, or Server-Sent Events), stdin and kill, under
+ * /v1/workspaces/{id}/processes. Each endpoint counts as its tool for token
+ * scopes, and answers 404 when the process tools are off.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import type { FastifyRequest } from 'fastify'
+import { ToolError } from '../../errors.ts'
+import { KILL_SIGNALS, type ManagedProcess } from '../../processes/managed-process.ts'
+import type { Runtime } from '../../runtime.ts'
+import { installJsonBody } from '../plugins/json-body.ts'
+import { problems } from '../schemas.ts'
+import { eventsCursor, streamOutput, wantsEvents } from './process-events.ts'
+
+const MAX_WAIT_MS = 30_000
+const Nullable = <T extends ReturnType<typeof Type.String> | ReturnType<typeof Type.Integer>>(schema: T) => Type.Union([schema, Type.Null()])
+
+const ProcessObject = Type.Object({
+  id: Type.String(),
+  workspace: Nullable(Type.String()),
+  command: Type.String(),
+  state: Type.Unsafe<string>({ type: 'string', enum: ['running', 'exited', 'killed', 'timed_out', 'lost'] }),
+  exit_code: Nullable(Type.Integer()),
+  signal: Nullable(Type.String()),
+  started_at: Type.String(),
+  ended_at: Nullable(Type.String()),
+  next: Type.Integer({ description: 'The output cursor: bytes of output produced so far' }),
+})
+
+const WorkspaceParams = Type.Object({ id: Type.String() })
+const ProcessParams = Type.Object({ id: Type.String(), pid: Type.String() })
+
+const StartBody = Type.Object({
+  command: Type.String({ description: 'Shell command (sh -c)' }),
+  timeout: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: 'Seconds; default tools.processes.timeout_default, clamped to timeout_max' })),
+  stdin: Type.Optional(Type.Boolean({ description: 'Keep stdin open for POST …/input' })),
+}, { additionalProperties: false })
+
+// Query strings are not coerced (the service validates types strictly): integers come as digit strings.
+const Count = (description: string) => Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description }))
+const OutputQuery = Type.Object({
+  after: Count('A cursor (default 0)'),
+  wait_ms: Count(`Milliseconds (0–${MAX_WAIT_MS}) to wait for output when there is none yet`),
+  max_bytes: Count('Bytes of chunk data at most (default and ceiling limits.max_result_bytes)'),
+})
+
+const Output = Type.Object({
+  process: ProcessObject,
+  chunks: Type.Array(Type.Object({ stream: Type.String(), offset: Type.Integer(), data: Type.String() })),
+  next: Type.Integer(),
+  dropped_bytes: Type.Integer(),
+})
+
+const InputBody = Type.Object({
+  data: Type.Optional(Type.String()),
+  eof: Type.Optional(Type.Boolean()),
+}, { additionalProperties: false })
+
+const KillBody = Type.Object({
+  signal: Type.Optional(Type.Unsafe<typeof KILL_SIGNALS[number]>({ type: 'string', enum: [...KILL_SIGNALS] })),
+}, { additionalProperties: false })
+
+const tags = ['processes']
+
+/** The query's digit strings as numbers. */
+function numbers (query: Record<string, string | undefined>): Record<string, number | undefined> {
+  return Object.fromEntries(Object.entries(query).map(([key, value]) => [key, value === undefined ? undefined : Number(value)]))
+}
+
+export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
+  const table = runtime.processes
+  // kill and input may come without a body: all their members are optional.
+  installJsonBody(app, () => ({}))
+
+  /** The endpoint counts as tool `name`: absent (processes off) is 404, out of the token's scope 403. */
+  const allow = (request: FastifyRequest, name: string): void => {
+    if (!runtime.registry.get(name)) throw new ToolError('NotFound', 'processes are off here: tools.builtin does not choose the process tools')
+    if (!request.principal.scope(name)) throw new ToolError('PermissionDenied', `this token's allowed tools do not include ${name}`)
+  }
+  const find = async (request: FastifyRequest, name: string, params: { id: string, pid: string }): Promise<ManagedProcess> => {
+    allow(request, name)
+    const workspace = await runtime.workspaces.find(request.principal.tenant, params.id)
+    return table.get(workspace.dir, params.pid)
+  }
+
+  app.post('/v1/workspaces/:id/processes', {
+    config: { idempotent: true },
+    schema: { summary: 'Start a process', tags, params: WorkspaceParams, body: StartBody, response: { 201: ProcessObject, ...problems(400, 401, 403, 404, 500, 503) } },
+  }, async (request, reply) => {
+    allow(request, 'process_start')
+    const started = await table.start({ tenant: request.principal.tenant, id: request.params.id }, request.body)
+    return reply.code(201).header('location', `${request.url.split('?')[0]}/${started.id}`).send(started.info())
+  })
+
+  app.get('/v1/workspaces/:id/processes', {
+    schema: { summary: 'The running processes and the last ended ones, oldest first', tags, params: WorkspaceParams, response: { 200: Type.Object({ processes: Type.Array(ProcessObject) }), ...problems(400, 401, 403, 404) } },
+  }, async (request) => {
+    allow(request, 'process_list')
+    const workspace = await runtime.workspaces.find(request.principal.tenant, request.params.id)
+    return { processes: table.list(workspace.dir).map((each) => each.info()) }
+  })
+
+  app.get('/v1/workspaces/:id/processes/:pid', {
+    schema: { summary: 'One process', tags, params: ProcessParams, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
+  }, async (request) => (await find(request, 'process_output', request.params)).info())
+
+  app.get('/v1/workspaces/:id/processes/:pid/output', {
+    schema: {
+      summary: 'Output after a cursor (JSON, or Server-Sent Events with Accept: text/event-stream)',
+      tags,
+      params: ProcessParams,
+      querystring: OutputQuery,
+      response: { 200: Output, ...problems(400, 401, 403, 404) },
+    },
+  }, async (request, reply) => {
+    const found = await find(request, 'process_output', request.params)
+    const { after = 0, wait_ms: waitMs = 0, max_bytes: askedBytes = runtime.maxResultBytes } = numbers(request.query)
+    if (waitMs > MAX_WAIT_MS) throw new ToolError('BadRequest', `wait_ms must be at most ${MAX_WAIT_MS}`)
+    if (askedBytes < 1) throw new ToolError('BadRequest', 'max_bytes must be at least 1')
+    const maxBytes = Math.min(askedBytes, runtime.maxResultBytes)
+    if (wantsEvents(request)) return streamOutput(request, reply, found, eventsCursor(request, after), maxBytes)
+    if (after >= found.output.end) {
+      const left = new AbortController()
+      reply.raw.once('close', () => left.abort())
+      await found.waitForChange(waitMs, left.signal)
+    }
+    const read = found.output.read(after, maxBytes)
+    return { process: found.info(), chunks: read.chunks, next: read.next, dropped_bytes: read.dropped }
+  })
+
+  app.post('/v1/workspaces/:id/processes/:pid/input', {
+    schema: { summary: 'Write to stdin, or close it', tags, params: ProcessParams, body: InputBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404, 409) } },
+  }, async (request) => {
+    const found = await find(request, 'process_input', request.params)
+    found.input(request.body.data, request.body.eof === true)
+    return found.info()
+  })
+
+  app.post('/v1/workspaces/:id/processes/:pid/kill', {
+    schema: { summary: 'Stop a process and its whole tree; answers once it has ended', tags, params: ProcessParams, body: KillBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
+  }, async (request) => {
+    const found = await find(request, 'process_kill', request.params)
+    await found.kill(request.body.signal ?? 'TERM')
+    return found.info()
+  })
+}

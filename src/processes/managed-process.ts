@@ -1,0 +1,241 @@
+/**
+ * One long-running process: a command started with execa from the
+ * sandbox's prepared launch (the same sandbox, limits and cgroup as
+ * exec_shell), its output in a bounded ring, its stdin, and its end —
+ * by itself (`exited`), by a kill request (`killed`) or at its timeout
+ * (`timed_out`). A process that was asked to stop is never reported as
+ * having exited by itself, whatever its exit code.
+ *
+ * Stopping sends the signal to the whole process tree, then SIGKILL to it
+ * KILL_GRACE_MS later if it still runs. When the command itself exits,
+ * whatever it left behind is killed, as exec_shell does.
+ */
+import { constants } from 'node:os'
+import { execa, type ResultPromise } from 'execa'
+import { ToolError } from '../errors.ts'
+import type { PreparedLaunch } from '../sandbox/types.ts'
+import { OutputRing, type StreamName } from './output-ring.ts'
+
+export type ProcessState = 'running' | 'exited' | 'killed' | 'timed_out'
+export const KILL_SIGNALS = ['TERM', 'KILL', 'INT', 'HUP'] as const
+export type KillSignal = typeof KILL_SIGNALS[number]
+
+/** The process object of the contract. */
+export interface ProcessInfo {
+  id: string
+  workspace: string | null
+  command: string
+  state: ProcessState
+  exit_code: number | null
+  signal: KillSignal | null
+  started_at: string
+  ended_at: string | null
+  next: number
+}
+
+/** How long a signalled process has before SIGKILL. */
+export const KILL_GRACE_MS = 2000
+/** How soon a signal that reached no process is sent again. */
+const RESIGNAL_MS = 20
+/** How long output pipes may stay open after the command exits (a straggler outside any cgroup holds them). */
+const PIPE_GRACE_MS = 1000
+
+export interface ProcessSpec {
+  id: string
+  workspace: string | null
+  command: string
+  launch: PreparedLaunch
+  stdin: boolean
+  timeoutMs: number
+  maxOutputBytes: number
+  /** Called once, when the process has ended and all its output is in. */
+  onEnd: (process: ManagedProcess) => void
+}
+
+export class ManagedProcess {
+  readonly id: string
+  readonly workspace: string | null
+  readonly command: string
+  readonly startedAt = new Date()
+  readonly output: OutputRing
+  /** Where the output that a process tool last returned stopped (process_output's default `after`). */
+  toolCursor = 0
+  #state: ProcessState = 'running'
+  #exitCode: number | null = null
+  #signal: KillSignal | null = null
+  #endedAt: Date | null = null
+  readonly #launch: PreparedLaunch
+  readonly #child: ResultPromise
+  readonly #pid: number
+  #stdinOpen: boolean
+  /** Set when the service asked it to stop: why, and with which signal. */
+  #stopping: { reason: 'killed' | 'timed_out', signal: KillSignal } | undefined
+  #escalated = false
+  readonly #timers: NodeJS.Timeout[] = []
+  #waiters = new Set<() => void>()
+  readonly ended: Promise<void>
+
+  constructor (spec: ProcessSpec) {
+    this.id = spec.id
+    this.workspace = spec.workspace
+    this.command = spec.command
+    this.output = new OutputRing(spec.maxOutputBytes)
+    this.#launch = spec.launch
+    this.#child = execa(spec.launch.file, spec.launch.args, {
+      cwd: spec.launch.cwd,
+      env: spec.launch.env,
+      extendEnv: false,
+      // Its own process group, so that the group can be signalled; the service kills it at shutdown itself.
+      detached: true,
+      cleanup: false,
+      stdin: spec.stdin ? 'pipe' : 'ignore',
+      stdout: 'pipe',
+      stderr: 'pipe',
+      buffer: false,
+      reject: false,
+    })
+    if (this.#child.pid === undefined) {
+      spec.launch.release()
+      void this.#child.catch(() => {})
+      throw new ToolError('ExecutionFailed', 'the command could not start')
+    }
+    this.#pid = this.#child.pid
+    this.#stdinOpen = spec.stdin
+    this.#child.stdin?.on('error', () => { this.#stdinOpen = false })
+    this.#follow('stdout')
+    this.#follow('stderr')
+    this.#child.nodeChildProcess.once('exit', () => {
+      // What the command left running goes with it; pipes a straggler holds are closed after a grace period.
+      this.#launch.signalTree(this.#pid, 'SIGKILL')
+      this.#timers.push(setTimeout(() => { this.#child.stdout?.destroy(); this.#child.stderr?.destroy() }, PIPE_GRACE_MS).unref())
+    })
+    this.#timers.push(setTimeout(() => this.#stop('timed_out', 'TERM'), spec.timeoutMs).unref())
+    this.ended = this.#child.then((result) => {
+      this.#finish(result.exitCode, result.signal)
+      spec.onEnd(this)
+    })
+  }
+
+  get state (): ProcessState {
+    return this.#state
+  }
+
+  get running (): boolean {
+    return this.#state === 'running'
+  }
+
+  info (): ProcessInfo {
+    return {
+      id: this.id,
+      workspace: this.workspace,
+      command: this.command,
+      state: this.#state,
+      exit_code: this.#exitCode,
+      signal: this.#signal,
+      started_at: this.startedAt.toISOString(),
+      ended_at: this.#endedAt?.toISOString() ?? null,
+      next: this.output.end,
+    }
+  }
+
+  /** Resolves when output arrives, the process ends, `ms` pass or `signal` fires, whichever is first. */
+  async waitForChange (ms: number, signal?: AbortSignal): Promise<void> {
+    if (!this.running || ms <= 0 || signal?.aborted === true) return
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', done)
+        this.#waiters.delete(done)
+        resolve()
+      }
+      const timer = setTimeout(done, ms)
+      signal?.addEventListener('abort', done, { once: true })
+      this.#waiters.add(done)
+    })
+  }
+
+  /** Resolves when the process has ended or `ms` passed (or `signal` fired). */
+  async waitForEnd (ms: number, signal?: AbortSignal): Promise<void> {
+    const deadline = Date.now() + ms
+    while (this.running && Date.now() < deadline && signal?.aborted !== true) await this.waitForChange(deadline - Date.now(), signal)
+  }
+
+  /** Writes to stdin and/or closes it; Conflict when it was not asked for, is closed, or the process has ended. */
+  input (data: string | undefined, eof: boolean): void {
+    if (!this.running) throw new ToolError('Conflict', `process ${this.id} has ended`)
+    if (this.#child.stdin === null) throw new ToolError('Conflict', `process ${this.id} was not started with "stdin": true`)
+    if (!this.#stdinOpen) throw new ToolError('Conflict', `the stdin of process ${this.id} is closed`)
+    if (data !== undefined && data !== '') this.#child.stdin.write(data)
+    if (eof) {
+      this.#stdinOpen = false
+      this.#child.stdin.end()
+    }
+  }
+
+  /** Sends `signal` to the whole tree (SIGKILL 2 s later if needed) and resolves when it has ended; an ended process is left as it is. */
+  async kill (signal: KillSignal): Promise<void> {
+    this.#stop('killed', signal)
+    await this.ended
+  }
+
+  #stop (reason: 'killed' | 'timed_out', signal: KillSignal): void {
+    if (!this.running || this.#stopping) return
+    this.#stopping = { reason, signal }
+    this.#signalUntilReached(`SIG${signal}`)
+    if (signal !== 'KILL') {
+      this.#timers.push(setTimeout(() => {
+        this.#escalated = true
+        this.#launch.signalTree(this.#pid, 'SIGKILL')
+      }, KILL_GRACE_MS).unref())
+    }
+  }
+
+  /**
+   * A signal sent while only the sandbox's own processes exist (the command
+   * is still starting inside it) reaches nobody: it is sent again shortly,
+   * until it reaches the command or the process has ended.
+   */
+  #signalUntilReached (signal: NodeJS.Signals): void {
+    if (!this.running || this.#escalated) return
+    if (this.#launch.signalTree(this.#pid, signal) > 0) return
+    this.#timers.push(setTimeout(() => this.#signalUntilReached(signal), RESIGNAL_MS).unref())
+  }
+
+  #follow (stream: StreamName): void {
+    const readable = this.#child[stream]
+    readable?.on('data', (bytes: Buffer) => {
+      this.output.append(stream, bytes)
+      this.#notify()
+    })
+    readable?.once('close', () => this.output.endStream(stream))
+  }
+
+  #finish (exitCode: number | undefined, signal: string | undefined): void {
+    for (const timer of this.#timers) clearTimeout(timer)
+    this.output.endStream('stdout')
+    this.output.endStream('stderr')
+    this.#launch.release()
+    this.#endedAt = new Date()
+    if (this.#stopping) {
+      this.#state = this.#stopping.reason
+      this.#signal = this.#escalated ? 'KILL' : this.#stopping.signal
+    } else {
+      this.#state = 'exited'
+      // Ended by a signal nobody here sent (its own, the kernel's): reported as a shell does, 128 + its number.
+      const number = signal === undefined ? undefined : constants.signals[signal as NodeJS.Signals]
+      this.#exitCode = exitCode ?? (number === undefined ? -1 : 128 + number)
+    }
+    this.#notify()
+  }
+
+  #notify (): void {
+    const waiters = this.#waiters
+    this.#waiters = new Set()
+    for (const wake of waiters) wake()
+  }
+
+  /** At service exit, without waiting: the whole tree is SIGKILLed. */
+  killNow (): void {
+    if (this.running) this.#launch.signalTree(this.#pid, 'SIGKILL')
+  }
+}

@@ -1,0 +1,158 @@
+/**
+ * A process's output: stdout and stderr in arrival order as one stream of
+ * bytes, of which the last `capacity` are kept in one circular buffer (it
+ * grows with the output up to `capacity`, so a quiet process holds little).
+ * The cursor is the count of bytes produced; what lies before the oldest
+ * byte kept is reported as dropped.
+ *
+ * Each stream's bytes come in whole UTF-8 characters (`append` holds back a
+ * character cut between two writes until the rest comes, or the stream
+ * ends), so a chunk never splits one; a read cut by `maxBytes` ends on a
+ * character boundary too.
+ */
+import { completeUtf8Length } from '../sandbox/capture.ts'
+
+export type StreamName = 'stdout' | 'stderr'
+
+export interface OutputChunk {
+  stream: StreamName
+  /** The cursor at the chunk's first byte. */
+  offset: number
+  data: string
+}
+
+export interface OutputRead {
+  chunks: OutputChunk[]
+  /** The cursor to read from next. */
+  next: number
+  /** Bytes after the cursor asked for that are no longer kept. */
+  dropped: number
+}
+
+const INITIAL_BYTES = 4096
+
+const isContinuation = (byte: number): boolean => (byte & 0xc0) === 0x80
+
+export class OutputRing {
+  readonly #capacity: number
+  #buffer: Buffer
+  /** The cursor of the oldest byte kept. */
+  #start = 0
+  /** The cursor after the newest byte: all bytes produced. */
+  #end = 0
+  /** Where each run of one stream starts (cursor), oldest first; the first may start before #start. */
+  #runs: Array<{ at: number, stream: StreamName }> = []
+  /** A character's first bytes, per stream, waiting for the rest. */
+  readonly #pending: Record<StreamName, Buffer | undefined> = { stdout: undefined, stderr: undefined }
+
+  constructor (capacity: number) {
+    this.#capacity = capacity
+    this.#buffer = Buffer.alloc(Math.min(capacity, INITIAL_BYTES))
+  }
+
+  /** All bytes produced so far (the cursor after the newest). */
+  get end (): number {
+    return this.#end
+  }
+
+  /** The cursor of the oldest byte kept. */
+  get start (): number {
+    return this.#start
+  }
+
+  /** Adds what a stream wrote; an incomplete character at its end waits for the next write. */
+  append (stream: StreamName, bytes: Buffer): void {
+    const held = this.#pending[stream]
+    const whole = held ? Buffer.concat([held, bytes]) : bytes
+    const complete = completeUtf8Length(whole)
+    this.#pending[stream] = complete < whole.length ? Buffer.from(whole.subarray(complete)) : undefined
+    if (complete > 0) this.#store(stream, whole.subarray(0, complete))
+  }
+
+  /** The stream ended: a character it left incomplete is kept as it is (it reads as U+FFFD). */
+  endStream (stream: StreamName): void {
+    const held = this.#pending[stream]
+    this.#pending[stream] = undefined
+    if (held) this.#store(stream, held)
+  }
+
+  /** At most `maxBytes` of what came after cursor `after` (at least one whole character when any is due). */
+  read (after: number, maxBytes: number): OutputRead {
+    const from = Math.max(Math.min(after, this.#end), this.#start)
+    const dropped = from - Math.min(after, this.#end)
+    let to = Math.min(this.#end, from + Math.max(1, maxBytes))
+    if (to < this.#end) {
+      // Back off to a character boundary; if that leaves nothing, take the first character whole.
+      let cut = to
+      while (cut > from && isContinuation(this.#byteAt(cut))) cut--
+      if (cut === from) {
+        cut = from + 1
+        while (cut < this.#end && isContinuation(this.#byteAt(cut))) cut++
+      }
+      to = cut
+    }
+    const chunks: OutputChunk[] = []
+    for (let i = this.#runIndexAt(from), at = from; at < to; i++) {
+      const run = this.#runs[i] as { at: number, stream: StreamName }
+      const runEnd = Math.min(to, this.#runs[i + 1]?.at ?? this.#end)
+      chunks.push({ stream: run.stream, offset: at, data: this.#slice(at, runEnd).toString('utf8') })
+      at = runEnd
+    }
+    return { chunks, next: to, dropped }
+  }
+
+  #store (stream: StreamName, bytes: Buffer): void {
+    if (this.#runs.at(-1)?.stream !== stream) this.#runs.push({ at: this.#end, stream })
+    let kept = bytes
+    if (bytes.length >= this.#capacity) {
+      // Only the last `capacity` bytes of a write this large can stay: the ring starts afresh with them.
+      if (this.#buffer.length < this.#capacity) this.#buffer = Buffer.alloc(this.#capacity)
+      kept = bytes.subarray(bytes.length - this.#capacity)
+      this.#end += bytes.length - kept.length
+      this.#start = this.#end
+    } else {
+      this.#grow(this.#end - this.#start + kept.length)
+    }
+    for (let done = 0; done < kept.length;) {
+      const at = (this.#end + done) % this.#buffer.length
+      done += kept.copy(this.#buffer, at, done, Math.min(kept.length, done + this.#buffer.length - at))
+    }
+    this.#end += kept.length
+    if (this.#end - this.#start > this.#buffer.length) this.#start = this.#end - this.#buffer.length
+    // The oldest byte kept starts a character: a read from it never begins with half of one.
+    while (this.#start < this.#end && isContinuation(this.#byteAt(this.#start))) this.#start++
+    while (this.#runs.length > 1 && (this.#runs[1] as { at: number }).at <= this.#start) this.#runs.shift()
+  }
+
+  /** Makes room for `needed` bytes (up to capacity), keeping what is there at its cursor's place. */
+  #grow (needed: number): void {
+    const size = this.#buffer.length
+    if (needed <= size || size >= this.#capacity) return
+    const grown = Buffer.alloc(Math.min(this.#capacity, Math.max(needed, size * 2)))
+    const kept = this.#slice(this.#start, this.#end)
+    for (let done = 0; done < kept.length;) {
+      const at = (this.#start + done) % grown.length
+      done += kept.copy(grown, at, done, Math.min(kept.length, done + grown.length - at))
+    }
+    this.#buffer = grown
+  }
+
+  #byteAt (cursor: number): number {
+    return this.#buffer[cursor % this.#buffer.length] as number
+  }
+
+  /** The kept bytes between two cursors, as one buffer. */
+  #slice (from: number, to: number): Buffer {
+    const size = this.#buffer.length
+    const a = from % size
+    const length = to - from
+    if (a + length <= size) return this.#buffer.subarray(a, a + length)
+    return Buffer.concat([this.#buffer.subarray(a), this.#buffer.subarray(0, length - (size - a))])
+  }
+
+  #runIndexAt (cursor: number): number {
+    let i = 0
+    while (i + 1 < this.#runs.length && (this.#runs[i + 1] as { at: number }).at <= cursor) i++
+    return i
+  }
+}

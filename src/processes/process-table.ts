@@ -1,0 +1,150 @@
+/**
+ * The processes of every workspace of this instance, keyed by workspace
+ * directory (which names the tenant too): starting them under the limits,
+ * finding them, keeping the last `keep_ended` ended ones, and ending them
+ * with their workspace or the service.
+ *
+ * A process in a persistent workspace holds a lease on it while it runs,
+ * so the workspace does not expire under it; its usage figure is stale
+ * (being changed) until it ends.
+ */
+import { randomBytes } from 'node:crypto'
+import type { Config } from '../config.ts'
+import { ToolError } from '../errors.ts'
+import type { ProcessRunner } from '../sandbox/types.ts'
+import { deniedPattern } from '../tools/exec-shell.ts'
+import { checkArgv, effectiveTimeout } from '../tools/process-result.ts'
+import type { WorkspaceStore } from '../workspaces/store.ts'
+import { usageOf } from '../workspaces/usage.ts'
+import { ManagedProcess } from './managed-process.ts'
+
+export interface StartRequest {
+  command: string
+  /** Seconds; the default when absent, clamped to the maximum. */
+  timeout?: number | undefined
+  stdin?: boolean | undefined
+}
+
+/** Where a process runs: a persistent workspace (`id`), or a session's own (`id` null, `dir` given). */
+export interface ProcessPlace {
+  tenant: string
+  id: string | null
+  dir?: string
+}
+
+export interface ProcessTableOptions {
+  config: Config['tools']['processes']
+  /** exec_shell's denylist: the same commands are refused. */
+  denylist: readonly string[]
+  runner: ProcessRunner
+  store: WorkspaceStore
+}
+
+export class ProcessTable {
+  readonly #options: ProcessTableOptions
+  readonly #byWorkspace = new Map<string, Map<string, ManagedProcess>>()
+  /** Starts under way per workspace: they count against max_per_workspace before they run. */
+  readonly #starting = new Map<string, number>()
+  #closed = false
+
+  constructor (options: ProcessTableOptions) {
+    this.#options = options
+    process.once('exit', () => { for (const each of this.#all()) each.killNow() })
+  }
+
+  /** Starts `request.command` in the workspace (a persistent one is made on first use, as any call does). */
+  async start (place: ProcessPlace, request: StartRequest): Promise<ManagedProcess> {
+    const { config, denylist, store, runner } = this.#options
+    checkArgv([request.command], 'command')
+    const pattern = deniedPattern(request.command, denylist)
+    if (pattern !== undefined) throw new ToolError('PermissionDenied', `command matches the denylist pattern ${JSON.stringify(pattern)}`)
+    if (this.#closed) throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
+    const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id)
+    const dir = lease?.dir ?? place.dir
+    if (dir === undefined) throw new Error('a process needs a workspace directory')
+    const starting = this.#starting.get(dir) ?? 0
+    try {
+      if (this.#running(dir) + starting >= config.max_per_workspace) {
+        throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
+      }
+      this.#starting.set(dir, starting + 1)
+      let launch
+      try {
+        launch = await runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir })
+      } finally {
+        this.#decrementStarting(dir)
+      }
+      const endChange = usageOf(dir).beginChange()
+      const started = new ManagedProcess({
+        id: `p_${randomBytes(6).toString('hex')}`,
+        workspace: place.id,
+        command: request.command,
+        launch,
+        stdin: request.stdin === true,
+        timeoutMs: effectiveTimeout(request.timeout, config) * 1000,
+        maxOutputBytes: config.max_output_bytes,
+        onEnd: () => {
+          endChange({ rescan: place.id !== null })
+          void lease?.release()
+          this.#evictEnded(dir)
+        },
+      })
+      const table = this.#byWorkspace.get(dir) ?? new Map<string, ManagedProcess>()
+      this.#byWorkspace.set(dir, table.set(started.id, started))
+      return started
+    } catch (error) {
+      await lease?.release()
+      throw error
+    }
+  }
+
+  /** A process of the workspace at `dir`; NotFound when there is none by that id (or it was evicted). */
+  get (dir: string, id: string): ManagedProcess {
+    const found = this.#byWorkspace.get(dir)?.get(id)
+    if (!found) throw new ToolError('NotFound', `no process ${JSON.stringify(id)} in this workspace`)
+    return found
+  }
+
+  /** The running processes and the last `keep_ended` ended ones, oldest first. */
+  list (dir: string): ManagedProcess[] {
+    return [...this.#byWorkspace.get(dir)?.values() ?? []]
+  }
+
+  /** Kills a workspace's processes (it is being removed) and forgets them. */
+  async endWorkspace (dir: string): Promise<void> {
+    const table = this.#byWorkspace.get(dir)
+    if (!table) return
+    await Promise.all([...table.values()].map((each) => each.kill('KILL')))
+    this.#byWorkspace.delete(dir)
+  }
+
+  /** Kills every process (service shutdown); none starts after. */
+  async close (): Promise<void> {
+    this.#closed = true
+    await Promise.all([...this.#all()].map((each) => each.kill('KILL')))
+  }
+
+  #running (dir: string): number {
+    let count = 0
+    for (const each of this.#byWorkspace.get(dir)?.values() ?? []) if (each.running) count++
+    return count
+  }
+
+  #decrementStarting (dir: string): void {
+    const left = (this.#starting.get(dir) ?? 1) - 1
+    if (left > 0) this.#starting.set(dir, left)
+    else this.#starting.delete(dir)
+  }
+
+  /** Forgets the oldest ended processes beyond keep_ended. */
+  #evictEnded (dir: string): void {
+    const table = this.#byWorkspace.get(dir)
+    if (!table) return
+    const ended = [...table.values()].filter((each) => !each.running)
+    for (const old of ended.slice(0, Math.max(0, ended.length - this.#options.config.keep_ended))) table.delete(old.id)
+  }
+
+  * #all (): Iterable<ManagedProcess> {
+    for (const table of this.#byWorkspace.values()) yield * table.values()
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * Signalling every process of a run: the one started, its process group,
+ * its descendants (found through /proc, so a `setsid` grandchild is found
+ * while its parent lives) and its pids cgroup (which holds whatever the run
+ * started, orphans included). A signal other than SIGKILL may spare some
+ * processes (the sandbox's own, see PreparedLaunch.signalTree).
+ */
+import { readdirSync, readFileSync } from 'node:fs'
+
+/** The parent of each process, from /proc/PID/stat (the command name may hold spaces and parentheses). */
+function parents (): Map<number, number[]> {
+  const children = new Map<number, number[]>()
+  let names: string[]
+  try {
+    names = readdirSync('/proc')
+  } catch {
+    return children
+  }
+  for (const name of names) {
+    if (!/^\d+$/.test(name)) continue
+    let stat: string
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+    } catch {
+      continue // gone meanwhile
+    }
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+    const list = children.get(ppid) ?? []
+    list.push(Number(name))
+    children.set(ppid, list)
+  }
+  return children
+}
+
+/** Every live descendant of `root`. */
+export function descendantsOf (root: number): number[] {
+  const children = parents()
+  const found: number[] = []
+  const queue = [root]
+  for (let pid = queue.shift(); pid !== undefined; pid = queue.shift()) {
+    for (const child of children.get(pid) ?? []) {
+      found.push(child)
+      queue.push(child)
+    }
+  }
+  return found
+}
+
+/** The command name of a process ('' when it is gone). */
+export function commandNameOf (pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim()
+  } catch {
+    return ''
+  }
+}
+
+export interface RunTree {
+  /** The process the run started. */
+  pid: number
+  /** The pids of the run's cgroup, when it has one. */
+  cgroupPids?: () => number[]
+  /** Processes a gentle signal leaves alone. */
+  spare?: (pid: number) => boolean
+}
+
+/** Signals the tree; returns how many processes the signal reached. */
+export function signalRunTree (tree: RunTree, signal: NodeJS.Signals): number {
+  const targets = new Set([tree.pid, ...descendantsOf(tree.pid), ...(tree.cgroupPids?.() ?? [])])
+  let reached = 0
+  for (const pid of targets) {
+    if (signal !== 'SIGKILL' && tree.spare?.(pid) === true) continue
+    try {
+      process.kill(pid, signal)
+      reached++
+    } catch {}
+  }
+  if (signal === 'SIGKILL') try { process.kill(-tree.pid, 'SIGKILL') } catch {}
+  return reached
+}

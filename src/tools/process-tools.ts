@@ -1,0 +1,171 @@
+/**
+ * The process tools: process_start, process_output, process_input,
+ * process_kill and process_list, over the process table (processes/). They
+ * need a workspace that outlives the call: a persistent one, or an MCP
+ * session's. Their `output` is stdout and stderr as they came, from a
+ * cursor (by default where the last output any of them returned for the
+ * process stopped), cut to the result limit.
+ */
+import { type Static, Type } from '@sinclair/typebox'
+import { defineBuiltin } from '../execution/define.ts'
+import type { AnyTool, ToolContext } from '../execution/tool.ts'
+import { ToolError } from '../errors.ts'
+import { KILL_SIGNALS, type ManagedProcess } from '../processes/managed-process.ts'
+import type { ProcessTable } from '../processes/process-table.ts'
+
+export const PROCESS_TOOL_NAMES = ['process_start', 'process_output', 'process_input', 'process_kill', 'process_list'] as const
+
+const MAX_WAIT_MS = 30_000
+/** Room in a result for everything but `output`. */
+const RESULT_ENVELOPE_BYTES = 512
+
+const State = Type.Union([Type.Literal('running'), Type.Literal('exited'), Type.Literal('killed'), Type.Literal('timed_out'), Type.Literal('lost')])
+const ExitCode = Type.Union([Type.Integer(), Type.Null()], { description: 'Set when the process exited by itself' })
+const ProcessId = Type.String({ minLength: 1, description: 'The id process_start returned' })
+const Wait = (def: number) => Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_MS, description: `Milliseconds to wait for output when there is none yet (default ${def})` }))
+
+const outputFields = {
+  process_id: Type.String(),
+  state: State,
+  exit_code: ExitCode,
+  output: Type.String({ description: 'stdout and stderr as they came, cut to the result limit' }),
+  next: Type.Integer({ minimum: 0, description: 'The cursor after this output: pass it as `after` to continue' }),
+}
+const StartResult = Type.Object(outputFields, { additionalProperties: false })
+const OutputResult = Type.Object({ ...outputFields, dropped_bytes: Type.Integer({ minimum: 0, description: 'Bytes after the cursor no longer kept' }) }, { additionalProperties: false })
+type OutputResultType = Static<typeof OutputResult>
+
+const readOnly = { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false }
+const changing = { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false }
+
+function ensureLasting (ctx: ToolContext): void {
+  if (ctx.keepsProcesses !== true) throw new ToolError('InvalidArgs', 'the process tools need a persistent workspace: pass "workspace"')
+}
+
+/** The output after `after` (default: where the tools last stopped) that fits the result limit; the tools' cursor moves past it. */
+function outputResult (process: ManagedProcess, after: number | undefined, ctx: ToolContext): OutputResultType {
+  let budget = Math.max(1, ctx.maxResultBytes - RESULT_ENVELOPE_BYTES)
+  for (;;) {
+    const read = process.output.read(after ?? process.toolCursor, budget)
+    const info = process.info()
+    const result = {
+      process_id: process.id,
+      state: info.state,
+      exit_code: info.exit_code,
+      output: read.chunks.map((chunk) => chunk.data).join(''),
+      next: read.next,
+      dropped_bytes: read.dropped,
+    }
+    // Escaping can make the JSON larger than the bytes read: read less until it fits.
+    if (budget > 1 && Buffer.byteLength(JSON.stringify(result)) > ctx.maxResultBytes) {
+      budget = Math.floor(budget / 2)
+      continue
+    }
+    if (read.next < process.output.end) ctx.markTruncated?.()
+    process.toolCursor = read.next
+    return result
+  }
+}
+
+export function createProcessTools (table: ProcessTable): AnyTool[] {
+  const find = (args: { process_id: string }, ctx: ToolContext): ManagedProcess => {
+    ensureLasting(ctx)
+    return table.get(ctx.workspaceDir, args.process_id)
+  }
+  return [
+    defineBuiltin({
+      name: 'process_start',
+      description: 'Start a shell command (sh -c) that keeps running after this call: a dev server, a long build or test run, a REPL. Waits up to yield_ms for it to end, then returns its output so far and a process_id for process_output, process_input and process_kill.',
+      parameters: Type.Object({
+        command: Type.String({ description: 'Shell command to run' }),
+        yield_ms: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_MS, description: 'Milliseconds to wait for the command to end before returning (default 10000)' })),
+        timeout: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: 'Seconds after which the process is stopped' })),
+        stdin: Type.Optional(Type.Boolean({ description: 'Keep stdin open for process_input (default false)' })),
+      }),
+      outputSchema: StartResult,
+      annotations: changing,
+      async execute (args, ctx) {
+        ensureLasting(ctx)
+        const process = await table.start({ tenant: ctx.tenant, id: ctx.workspaceId, dir: ctx.workspaceDir }, args)
+        // A caller that goes away ends the wait, never the process.
+        await process.waitForEnd(args.yield_ms ?? 10_000, ctx.signal)
+        const { dropped_bytes: _dropped, ...result } = outputResult(process, 0, ctx)
+        return result
+      },
+    }),
+    defineBuiltin({
+      name: 'process_output',
+      description: 'Output of a process since `after` (by default, since the last output returned for it), waiting up to wait_ms when there is none yet.',
+      parameters: Type.Object({
+        process_id: ProcessId,
+        wait_ms: Wait(0),
+        after: Type.Optional(Type.Integer({ minimum: 0, description: 'A cursor (`next` of an earlier answer); 0 for all output kept' })),
+      }),
+      outputSchema: OutputResult,
+      annotations: readOnly,
+      async execute (args, ctx) {
+        const process = find(args, ctx)
+        const after = args.after ?? process.toolCursor
+        if (after >= process.output.end) await process.waitForChange(args.wait_ms ?? 0, ctx.signal)
+        return outputResult(process, after, ctx)
+      },
+    }),
+    defineBuiltin({
+      name: 'process_input',
+      description: 'Write text to the stdin of a process started with stdin: true (eof: true closes it), then wait up to wait_ms for its output.',
+      parameters: Type.Object({
+        process_id: ProcessId,
+        input: Type.String({ description: 'Text to write (include the newline a line needs)' }),
+        eof: Type.Optional(Type.Boolean({ description: 'Close stdin after writing (default false)' })),
+        wait_ms: Wait(1000),
+      }),
+      outputSchema: OutputResult,
+      annotations: changing,
+      async execute (args, ctx) {
+        const process = find(args, ctx)
+        process.input(args.input, args.eof === true)
+        if (process.toolCursor >= process.output.end) await process.waitForChange(args.wait_ms ?? 1000, ctx.signal)
+        return outputResult(process, undefined, ctx)
+      },
+    }),
+    defineBuiltin({
+      name: 'process_kill',
+      description: 'Stop a process and its whole process tree (TERM by default; KILL 2 s later if it still runs), and return its output not yet returned.',
+      parameters: Type.Object({
+        process_id: ProcessId,
+        signal: Type.Optional(Type.Unsafe<typeof KILL_SIGNALS[number]>({ type: 'string', enum: [...KILL_SIGNALS], description: 'TERM (default), KILL, INT or HUP' })),
+      }),
+      outputSchema: OutputResult,
+      annotations: changing,
+      async execute (args, ctx) {
+        const process = find(args, ctx)
+        await process.kill(args.signal ?? 'TERM')
+        return outputResult(process, undefined, ctx)
+      },
+    }),
+    defineBuiltin({
+      name: 'process_list',
+      description: 'The processes of the workspace: the running ones and the most recently ended ones, oldest first.',
+      parameters: Type.Object({}),
+      outputSchema: Type.Object({
+        processes: Type.Array(Type.Object({
+          process_id: Type.String(),
+          command: Type.String(),
+          state: State,
+          exit_code: ExitCode,
+          started_at: Type.String(),
+        }, { additionalProperties: false })),
+      }, { additionalProperties: false }),
+      annotations: readOnly,
+      async execute (_args, ctx) {
+        ensureLasting(ctx)
+        return {
+          processes: table.list(ctx.workspaceDir).map((each) => {
+            const info = each.info()
+            return { process_id: info.id, command: info.command, state: info.state, exit_code: info.exit_code, started_at: info.started_at }
+          }),
+        }
+      },
+    }),
+  ]
+}
