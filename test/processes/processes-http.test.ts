@@ -1,0 +1,228 @@
+/**
+ * Processes over a real socket: the REST resources (cursor paging, long-poll,
+ * Server-Sent Events read by undici's EventSource with a resume, stdin, kill
+ * of trees, timeout, overflow, limits, tenants and scopes) and the process
+ * tools through execute, a batch and the MCP SDK client.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { readFileSync } from 'node:fs'
+import { EventSource } from 'undici'
+import { describe, expect, it } from 'vitest'
+import { buildTestApp, onCleanup } from '../helper.ts'
+import { alive, processesWith, survivorsWith, uniqueSleepSeconds } from '../support/processes.ts'
+
+type Json = Record<string, any>
+
+async function server (overrides: Record<string, unknown> = {}) {
+  const app = await buildTestApp({ tools: { builtin: ['*'], processes: { max_per_workspace: 3, max_output_bytes: 4096, keep_ended: 4 } }, ...overrides })
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const address = app.server.address()
+  if (address === null || typeof address === 'string') throw new Error('not listening')
+  const base = `http://127.0.0.1:${address.port}`
+  const call = async (method: string, path: string, body?: unknown, token?: string): Promise<{ status: number, body: Json }> => {
+    const headers: Record<string, string> = body === undefined ? {} : { 'content-type': 'application/json' }
+    if (token) headers['authorization'] = `Bearer ${token}`
+    const response = await fetch(base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+    const text = await response.text()
+    return { status: response.status, body: (text === '' ? {} : JSON.parse(text)) as Json }
+  }
+  return { app, base, call }
+}
+
+type Server = Awaited<ReturnType<typeof server>>
+
+const procs = (ws: string) => `/v1/workspaces/${ws}/processes`
+
+async function start (s: Server, ws: string, command: string, extra: Json = {}, token?: string): Promise<Json> {
+  const started = await s.call('POST', procs(ws), { command, ...extra }, token)
+  expect(started.status, JSON.stringify(started.body)).toBe(201)
+  return started.body
+}
+
+async function ended (s: Server, ws: string, id: string): Promise<Json> {
+  for (;;) {
+    const got = await s.call('GET', `${procs(ws)}/${id}/output?after=999999999&wait_ms=5000`)
+    if (got.body['process'].state !== 'running') return got.body['process']
+  }
+}
+
+describe('processes over REST', () => {
+  it('pages output with a cursor and reassembles it exactly, multi-byte characters included', async () => {
+    const s = await server()
+    const p = await start(s, 'w', "for i in $(seq 1 200); do printf '%s€é\\n' $i; printf 'e%s😀\\n' $i >&2; done")
+    const end = await ended(s, 'w', p.id)
+    expect(end).toMatchObject({ state: 'exited', exit_code: 0 })
+    let cursor = 0
+    let stdout = ''
+    let stderr = ''
+    while (cursor < end.next) {
+      const page = await s.call('GET', `${procs('w')}/${p.id}/output?after=${cursor}&max_bytes=7`)
+      for (const chunk of page.body['chunks']) {
+        expect(chunk.data).not.toContain('\uFFFD')
+        if (chunk.stream === 'stdout') stdout += chunk.data
+        else stderr += chunk.data
+      }
+      expect(page.body['next']).toBeGreaterThan(cursor)
+      cursor = page.body['next']
+    }
+    expect(stdout).toBe(Array.from({ length: 200 }, (_, i) => `${i + 1}€é\n`).join(''))
+    expect(stderr).toBe(Array.from({ length: 200 }, (_, i) => `e${i + 1}😀\n`).join(''))
+    expect(Buffer.byteLength(stdout + stderr)).toBe(end.next)
+  })
+
+  it('long-poll answers as soon as output arrives, not at wait_ms', async () => {
+    const s = await server()
+    const p = await start(s, 'w', `sleep 1; echo late; sleep ${uniqueSleepSeconds()}`)
+    const asked = Date.now()
+    const got = await s.call('GET', `${procs('w')}/${p.id}/output?after=0&wait_ms=20000`)
+    expect(got.body['chunks']).toEqual([{ stream: 'stdout', offset: 0, data: 'late\n' }])
+    expect(Date.now() - asked).toBeLessThan(10_000)
+  })
+
+  it('streams Server-Sent Events to undici\'s EventSource, which resumes from Last-Event-ID', async () => {
+    const s = await server()
+    const p = await start(s, 'w', 'echo one; sleep 0.5; echo two >&2; sleep 0.5; echo three; exit 2')
+    const seen: Array<{ type: string, id: string, data: string }> = []
+    const end = await new Promise<Json>((resolve, reject) => {
+      const source = new EventSource(`${s.base}${procs('w')}/${p.id}/output`)
+      onCleanup(() => source.close())
+      let dropped = false
+      const onChunk = (event: MessageEvent) => {
+        seen.push({ type: event.type, id: event.lastEventId, data: JSON.parse(event.data) })
+        // Drop the connection after the first event: EventSource reconnects with Last-Event-ID.
+        if (!dropped) {
+          dropped = true
+          s.app.server.closeAllConnections()
+        }
+      }
+      source.addEventListener('stdout', onChunk)
+      source.addEventListener('stderr', onChunk)
+      source.addEventListener('end', (event) => { source.close(); resolve(JSON.parse((event as MessageEvent).data)) })
+      setTimeout(() => reject(new Error(`no end event; saw ${JSON.stringify(seen)}`)), 10_000).unref()
+    })
+    expect(seen.map((e) => [e.type, e.data, e.id])).toEqual([['stdout', 'one\n', '4'], ['stderr', 'two\n', '8'], ['stdout', 'three\n', '14']])
+    expect(end).toMatchObject({ id: p.id, state: 'exited', exit_code: 2, next: 14 })
+  })
+
+  it('feeds stdin to cat and closes it; input is 409 without stdin, after eof and after the end', async () => {
+    const s = await server()
+    const cat = await start(s, 'w', 'cat', { stdin: true })
+    expect((await s.call('POST', `${procs('w')}/${cat.id}/input`, { data: 'hello ✓\n' })).status).toBe(200)
+    const echoed = await s.call('GET', `${procs('w')}/${cat.id}/output?after=0&wait_ms=5000`)
+    expect(echoed.body['chunks'].map((c: Json) => c.data).join('')).toBe('hello ✓\n')
+    expect((await s.call('POST', `${procs('w')}/${cat.id}/input`, { eof: true })).status).toBe(200)
+    expect(await ended(s, 'w', cat.id)).toMatchObject({ state: 'exited', exit_code: 0 })
+    expect((await s.call('POST', `${procs('w')}/${cat.id}/input`, { data: 'x' })).body).toMatchObject({ code: 'Conflict' })
+    const closed = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`, { stdin: true })
+    await s.call('POST', `${procs('w')}/${closed.id}/input`, { eof: true })
+    expect((await s.call('POST', `${procs('w')}/${closed.id}/input`, { data: 'x' })).status).toBe(409)
+    const none = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`)
+    expect((await s.call('POST', `${procs('w')}/${none.id}/input`, { data: 'x' })).status).toBe(409)
+  })
+
+  for (const mode of ['none', 'bwrap'] as const) {
+    it(`kill (sandbox ${mode}): a TERM-trapping command gets KILL after 2 s, and a setsid grandchild goes too`, async () => {
+      const s = await server({ sandbox: { mode } })
+      const mark = uniqueSleepSeconds()
+      const p = await start(s, 'w', `trap '' TERM; setsid sleep ${mark} & sleep ${mark}`)
+      let pids: number[] = []
+      for (let i = 0; i < 100 && pids.length < 2; i++) {
+        pids = processesWith(mark).filter((pid) => { try { return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'sleep' } catch { return false } })
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      expect(pids.length).toBe(2)
+      const asked = Date.now()
+      const killed = await s.call('POST', `${procs('w')}/${p.id}/kill`, {})
+      expect(Date.now() - asked).toBeGreaterThanOrEqual(1500)
+      expect(killed.body).toMatchObject({ state: 'killed', signal: 'KILL', exit_code: null })
+      expect(await survivorsWith(mark)).toEqual([])
+      for (const pid of pids) expect(await alive(pid)).toBe(false)
+    })
+  }
+
+  it('times out (timed_out, never exited 0), and keeps the last bytes of a flood with dropped_bytes', async () => {
+    const s = await server()
+    const slow = await start(s, 'w', `trap 'exit 0' TERM; sleep ${uniqueSleepSeconds()} & wait`, { timeout: 1 })
+    expect(await ended(s, 'w', slow.id)).toMatchObject({ state: 'timed_out', exit_code: null })
+    const flood = await start(s, 'w', 'seq 1 20000')
+    const end = await ended(s, 'w', flood.id)
+    const all = Array.from({ length: 20000 }, (_, i) => `${i + 1}\n`).join('')
+    expect(end.next).toBe(all.length)
+    const first = await s.call('GET', `${procs('w')}/${flood.id}/output?after=0`)
+    expect(first.body['dropped_bytes']).toBe(all.length - 4096)
+    expect(first.body['chunks'].map((c: Json) => c.data).join('')).toBe(all.slice(-4096))
+  })
+
+  it('refuses a denylisted command and more than max_per_workspace running (403)', async () => {
+    const s = await server({ tools: { builtin: ['*'], exec_shell: { denylist: ['forbid-me'] }, processes: { max_per_workspace: 2 } } })
+    expect((await s.call('POST', procs('w'), { command: 'echo FORBID-ME' })).body).toMatchObject({ code: 'PermissionDenied' })
+    const mark = uniqueSleepSeconds()
+    await start(s, 'w', `sleep ${mark}`)
+    await start(s, 'w', `sleep ${mark}`)
+    expect((await s.call('POST', procs('w'), { command: `sleep ${mark}` })).body).toMatchObject({ code: 'PermissionDenied' })
+    await start(s, 'other', `sleep ${mark}`)
+    expect((await s.call('DELETE', '/v1/workspaces/w')).status).toBe(204)
+    expect(await survivorsWith(`sleep ${mark}`, 3000)).toHaveLength(1)
+  })
+
+  it('keeps tenants apart, counts each endpoint as its tool, and is 404 when the tools are off', async () => {
+    const s = await server({
+      auth: {
+        tokens: [
+          { token: 'acme', tenant: 'acme', allowed_tools: ['*'] },
+          { token: 'nokill', tenant: 'acme', allowed_tools: ['process_start', 'process_output'] },
+          { token: 'beta', tenant: 'beta', allowed_tools: ['*'] },
+        ],
+      },
+    })
+    const p = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`, {}, 'acme')
+    expect((await s.call('GET', `${procs('w')}/${p.id}`, undefined, 'beta')).status).toBe(404)
+    expect((await s.call('POST', `${procs('w')}/${p.id}/kill`, {}, 'beta')).status).toBe(404)
+    expect((await s.call('POST', `${procs('w')}/${p.id}/kill`, {}, 'nokill')).body).toMatchObject({ code: 'PermissionDenied' })
+    expect((await s.call('GET', procs('w'), undefined, 'nokill')).status).toBe(403)
+    expect((await s.call('GET', `${procs('w')}/${p.id}`, undefined, 'nokill')).body).toMatchObject({ state: 'running' })
+    const off = await server({ tools: {} })
+    expect((await off.call('POST', procs('w'), { command: 'true' })).body).toMatchObject({ code: 'NotFound' })
+    expect((await off.call('GET', '/v1/tools')).body['tools'].map((t: Json) => t.name)).not.toContain('process_start')
+  })
+})
+
+describe('process tools', () => {
+  it('run through execute and a batch, continuing where the last output stopped; an ephemeral workspace is 400', async () => {
+    const s = await server()
+    const exec = (name: string, args: Json, workspace?: string) => s.call('POST', `/v1/tools/${name}/execute`, { arguments: args, workspace })
+    expect((await exec('process_start', { command: 'true' })).body).toMatchObject({ code: 'InvalidArgs' })
+    const started = (await exec('process_start', { command: `echo first; sleep 1; echo second; sleep ${uniqueSleepSeconds()}`, yield_ms: 300 }, 'w')).body['result']
+    expect(started).toMatchObject({ state: 'running', exit_code: null, output: 'first\n', next: 6 })
+    const batch = await s.call('POST', '/v1/tool-calls', {
+      workspace: 'w',
+      calls: [
+        { id: 'a', name: 'process_output', arguments: { process_id: started.process_id, wait_ms: 5000 } },
+        { id: 'b', name: 'process_kill', arguments: { process_id: started.process_id } },
+        { id: 'c', name: 'process_list', arguments: {} },
+      ],
+    })
+    const [output, kill, list] = batch.body['results'].map((r: Json) => r.result)
+    expect(output).toMatchObject({ output: 'second\n', next: 13, state: 'running', dropped_bytes: 0 })
+    expect(kill).toMatchObject({ state: 'killed', output: '', next: 13 })
+    expect(list.processes).toEqual([expect.objectContaining({ process_id: started.process_id, state: 'killed', exit_code: null })])
+  })
+
+  it('run on /mcp in the session\'s workspace, through the MCP SDK client, and end with the session', async () => {
+    const s = await server()
+    const client = new Client({ name: 'toolport-test', version: '1.0.0' })
+    const transport = new StreamableHTTPClientTransport(new URL(`${s.base}/mcp`))
+    await client.connect(transport)
+    const mark = uniqueSleepSeconds()
+    const started = await client.callTool({ name: 'process_start', arguments: { command: `read line; echo "got $line"; sleep ${mark}`, stdin: true, yield_ms: 0 } })
+    expect(started.isError).toBeFalsy()
+    const id = (started.structuredContent as Json)['process_id']
+    const answered = await client.callTool({ name: 'process_input', arguments: { process_id: id, input: 'ping\n', wait_ms: 5000 } })
+    expect(answered.structuredContent).toMatchObject({ output: 'got ping\n', state: 'running' })
+    expect(processesWith(mark).length).toBeGreaterThan(0)
+    await transport.terminateSession()
+    await client.close()
+    expect(await survivorsWith(mark)).toEqual([])
+  })
+})
