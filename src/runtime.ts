@@ -19,6 +19,8 @@ import { isInside } from './workspace-fs/paths.ts'
 import { quotaResolver, type TenantQuota } from './workspaces/quotas.ts'
 import { ToolRegistry } from './execution/registry.ts'
 import { WorkspaceStore } from './workspaces/store.ts'
+import { ProcessTable } from './processes/process-table.ts'
+import { DEFAULT_DENYLIST } from './tools/exec-shell.ts'
 import type { CallTracing } from './telemetry/tracing.ts'
 
 export type Readiness = 'starting' | 'ready' | 'draining'
@@ -53,6 +55,10 @@ export class Runtime implements ExecutionServices {
   runner!: ProcessRunner
   readonly #kill = new AbortController()
   readonly #options: RuntimeOptions
+  /** Long-running processes (their tools and routes are on when `tools.builtin` globs match the process tools). */
+  readonly processes: ProcessTable
+  /** What the tools run processes with until start-up has chosen the sandbox. */
+  readonly #deferredRunner = new DeferredRunner(() => this.#chooseRunner())
   #executables: ExecutableSource | undefined
   #closeMessages: () => Promise<void> = async () => {}
   #choosingRunner: Promise<ProcessRunner> | undefined
@@ -82,6 +88,12 @@ export class Runtime implements ExecutionServices {
       log,
       maxWorkspacesOf: (tenant) => this.quotaOf(tenant).maxWorkspaces,
     })
+    this.processes = new ProcessTable({
+      config: config.tools.processes,
+      denylist: config.tools.exec_shell.denylist ?? DEFAULT_DENYLIST,
+      runner: this.#deferredRunner,
+      store: this.workspaces,
+    })
   }
 
   /** Fires when running calls must stop (the drain timeout of a shutdown ran out). */
@@ -97,7 +109,10 @@ export class Runtime implements ExecutionServices {
    */
   async start (): Promise<void> {
     await this.workspaces.init()
-    this.registry.setGroup('builtin', 'builtin', builtinTools(this.config, new DeferredRunner(() => this.#chooseRunner())))
+    const builtins = builtinTools(this.config, this.#deferredRunner, this.processes)
+    // A workspace that goes takes its processes with it.
+    if (builtins.some((tool) => tool.name === 'process_start')) this.workspaces.onRemoval((dir) => this.processes.endWorkspace(dir))
+    this.registry.setGroup('builtin', 'builtin', builtins)
     const messages = messageTools(this.config, this.log)
     this.#closeMessages = messages.close
     this.registry.setGroup('message', 'message', messages.tools)
@@ -207,6 +222,7 @@ export class Runtime implements ExecutionServices {
     this.#executables?.close()
     await Promise.allSettled([...this.mcpServers.values()].map((source) => source.close()))
     await this.#closeMessages()
+    await this.processes.close()
     this.workspaces.close()
   }
 

@@ -152,6 +152,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
         const raw = await tool.execute(args, {
           workspaceDir: lease.dir,
           workspaceId: lease.id,
+          keepsProcesses: lease.id !== null || lease.keepsProcesses === true,
           signal,
           maxResultBytes,
           log: caller.log,

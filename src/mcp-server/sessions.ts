@@ -73,7 +73,7 @@ export class McpSessions {
    * The caller closes the transport if its initialize request does not complete.
    */
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
-    const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant)
+    const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant, undefined, { keepsProcesses: true })
     const server = this.#server(principal, workspace, allowed)
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
