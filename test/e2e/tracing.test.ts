@@ -149,7 +149,8 @@ describe('tracing to an OTLP/HTTP collector', () => {
 
   it('is off without an endpoint, and with OTEL_SDK_DISABLED: nothing is exported and the SDK is never loaded', async () => {
     const receiver = await startOtlpReceiver()
-    for (const env of [{}, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.base, OTEL_SDK_DISABLED: 'true' }]) {
+    const offs: Array<Record<string, string>> = [{}, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.base, OTEL_SDK_DISABLED: 'true' }]
+    for (const env of offs) {
       const modules = await moduleRecorder()
       // A protocol tracing cannot use shows that these variables are not even looked at when it is off.
       const server = await startServer(CONFIG, { ...modules.env, ...env, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })
