@@ -49,7 +49,7 @@ describe('GET /v1/tools', () => {
     const some = await buildTestApp({ tools: { builtin: ['read_*', 'write_file', 'list_directory', 'exec_shell'] } })
     expect((await catalog(some)).map((t) => t.name)).toEqual(['exec_shell', 'list_directory', 'read_file', 'write_file'])
     const all = await buildTestApp({ tools: { builtin: ['*'] } })
-    expect((await catalog(all)).map((t) => t.name)).toEqual([...CLAWFT, 'bash', 'edit', 'read', 'write'].sort())
+    expect((await catalog(all)).map((t) => t.name)).toEqual([...CLAWFT, 'bash', 'edit', 'read', 'write', 'process_input', 'process_kill', 'process_list', 'process_output', 'process_start'].sort())
   })
 
   it('lists message when a channel is configured', async () => {

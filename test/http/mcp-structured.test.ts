@@ -45,7 +45,7 @@ describe('/mcp: annotations and structured results', () => {
   it('lists every built-in with its four hints and an object outputSchema that admits the truncation envelope', async () => {
     const { client } = await session()
     const { tools } = await client.listTools()
-    expect(tools).toHaveLength(14)
+    expect(tools).toHaveLength(19)
     for (const tool of tools) {
       expect(Object.keys(tool.annotations ?? {}).sort(), tool.name).toEqual(['destructiveHint', 'idempotentHint', 'openWorldHint', 'readOnlyHint'])
       expect(tool.outputSchema?.type, tool.name).toBe('object')

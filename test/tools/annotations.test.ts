@@ -25,6 +25,11 @@ const EXPECTED: Record<string, Hints> = {
   bash: [false, true, false, false],
   web_fetch: [false, true, false, true],
   message: [false, false, false, true],
+  process_output: [true, false, true, false],
+  process_list: [true, false, true, false],
+  process_start: [false, true, false, false],
+  process_input: [false, true, false, false],
+  process_kill: [false, true, false, false],
 }
 
 const asObject = ([readOnlyHint, destructiveHint, idempotentHint, openWorldHint]: Hints) => ({ readOnlyHint, destructiveHint, idempotentHint, openWorldHint })

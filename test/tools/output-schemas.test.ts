@@ -156,6 +156,28 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
     const unconfigured = await elsewhere({ tools: { builtin: ['*'] } })
     expect((await unconfigured('web_search', { query: 'q' })).result).toMatchObject({ error: 'web search not configured', query: 'q' })
   },
+  async process_start ({ run }) {
+    expect((await run('process_start', { command: 'echo hi; exit 3', yield_ms: 5000 })).result).toEqual({ process_id: expect.any(String), state: 'exited', exit_code: 3, output: 'hi\n', next: 3 })
+    expect((await run('process_start', { command: 'head -c 5000 /dev/zero | tr "\\0" o', yield_ms: 5000 }, 600)).truncated).toBe(true)
+  },
+  async process_output ({ run }) {
+    const { result } = await run('process_start', { command: 'head -c 5000 /dev/zero | tr "\\0" o', yield_ms: 5000 }, 600)
+    const cut = await run('process_output', { process_id: result['process_id'] }, 600)
+    expect(cut).toMatchObject({ truncated: true, result: { state: 'exited', dropped_bytes: 0 } })
+    expect((await run('process_output', { process_id: result['process_id'], after: 4990 })).result).toMatchObject({ output: 'o'.repeat(10), next: 5000 })
+  },
+  async process_input ({ run }) {
+    const { result } = await run('process_start', { command: 'cat', stdin: true, yield_ms: 0 })
+    expect((await run('process_input', { process_id: result['process_id'], input: 'x\n', eof: true, wait_ms: 5000 })).result).toMatchObject({ output: 'x\n', next: 2 })
+  },
+  async process_kill ({ run }) {
+    const { result } = await run('process_start', { command: 'echo a; sleep 60', yield_ms: 0 })
+    expect((await run('process_kill', { process_id: result['process_id'], signal: 'KILL' })).result).toMatchObject({ state: 'killed', output: 'a\n', next: 2 })
+  },
+  async process_list ({ run }) {
+    await run('process_start', { command: 'true', yield_ms: 5000 })
+    expect((await run('process_list', {})).result).toEqual({ processes: [expect.objectContaining({ command: 'true', state: 'exited', exit_code: 0 })] })
+  },
   async message ({ run }) {
     expect((await run('message', { channel: 'ops', chat_id: 'C1', content: 'hi' })).result).toEqual({ status: 'sent', channel: 'ops', chat_id: 'C1', content_length: 2 })
     expect(await run('message', { channel: 'ops', chat_id: 'c'.repeat(400), content: 'hi' }, 256)).toEqual({ result: ENVELOPE, truncated: true })
