@@ -86,10 +86,11 @@ describe('processes over REST', () => {
     const seen: Array<{ type: string, id: string, data: string }> = []
     const end = await new Promise<Json>((resolve, reject) => {
       const source = new EventSource(`${s.base}${procs('w')}/${p.id}/output`)
-      onCleanup(() => source.close())
+      onCleanup(async () => { source.close() })
       let dropped = false
-      const onChunk = (event: MessageEvent) => {
-        seen.push({ type: event.type, id: event.lastEventId, data: JSON.parse(event.data) })
+      const onChunk = (event: Event) => {
+        const message = event as MessageEvent
+        seen.push({ type: message.type, id: message.lastEventId, data: JSON.parse(message.data) })
         // Drop the connection after the first event: EventSource reconnects with Last-Event-ID.
         if (!dropped) {
           dropped = true
