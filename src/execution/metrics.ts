@@ -31,8 +31,6 @@ export interface MetricsSources {
 
 interface Loaded {
   registry: Registry
-  /** When the default metrics' event-loop monitor started (performance.now()), if they are on. */
-  monitorSince: number | undefined
   inFlight: Gauge
   queueDepth: Gauge
   calls: Counter<'tool' | 'code'>
@@ -48,10 +46,13 @@ interface Loaded {
  */
 const EVENT_LOOP_SAMPLE_MS = 100
 /**
- * How long after the monitor starts a scrape waits: until then it has no
- * sample, and prom-client would report the delay as `Nan`.
+ * prom-client reports the event-loop delay as `Nan` (not a Prometheus value)
+ * when its monitor has no sample since the last scrape, which resets it: a
+ * scrape right after prom-client is loaded, or right after another scrape.
+ * Such a scrape waits for a sample, at most this many sampling intervals.
  */
-const FIRST_SAMPLE_WAIT_MS = 2 * EVENT_LOOP_SAMPLE_MS
+const SAMPLE_WAIT_ROUNDS = 5
+const NO_SAMPLE_YET = / Nan$/m
 
 async function load (sources: MetricsSources, defaultMetrics: boolean): Promise<Loaded> {
   const { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } = await import('prom-client')
@@ -60,7 +61,6 @@ async function load (sources: MetricsSources, defaultMetrics: boolean): Promise<
   const registers = [registry]
   return {
     registry,
-    monitorSince: defaultMetrics ? performance.now() : undefined,
     inFlight: new Gauge({ name: 'toolport_calls_in_flight', help: 'Tool calls holding a limiter slot', registers, collect () { this.set(sources.inFlight()) } }),
     queueDepth: new Gauge({ name: 'toolport_limiter_queue_depth', help: 'Tool calls waiting for a limiter slot', registers, collect () { this.set(sources.queued()) } }),
     calls: new Counter({ name: 'toolport_tool_calls_total', help: 'Tool calls by tool and outcome code (ok or an error code)', labelNames: ['tool', 'code'], registers }),
@@ -104,9 +104,12 @@ export function createMetrics (sources: MetricsSources, options: { defaultMetric
     registry: {
       metrics: async () => {
         const metrics = await ensureLoaded()
-        const wait = metrics.monitorSince === undefined ? 0 : metrics.monitorSince + FIRST_SAMPLE_WAIT_MS - performance.now()
-        if (wait > 0) await sleep(wait)
-        return metrics.registry.metrics()
+        let text = await metrics.registry.metrics()
+        for (let round = 0; round < SAMPLE_WAIT_ROUNDS && NO_SAMPLE_YET.test(text); round++) {
+          await sleep(EVENT_LOOP_SAMPLE_MS * 1.5)
+          text = await metrics.registry.metrics()
+        }
+        return text
       },
       get contentType () {
         if (!loaded) throw new Error('metrics: contentType is known once metrics() has answered')

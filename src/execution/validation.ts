@@ -47,6 +47,11 @@ function admitsNull (schema: unknown): boolean {
   return type === undefined && !('enum' in schema) && !('const' in schema) && !('$ref' in schema)
 }
 
+function hasNull (value: unknown): boolean {
+  if (value === null) return true
+  return isSchema(value) && Object.values(value).some(hasNull)
+}
+
 /**
  * Removes, in place, the optional members sent as `null` that their schema
  * does not admit: OpenAI's strict mode makes every optional argument
@@ -65,13 +70,17 @@ export function dropNullOptionals (schema: unknown, value: unknown): void {
 
 /** Throws InvalidArgs naming every problem when `args` do not satisfy the tool's schema. */
 export function validateArguments (tool: AnyTool, args: Record<string, unknown>, log: Logger): void {
-  dropNullOptionals(tool.parameters, args)
   let validate = validators.get(tool)
   if (validate === undefined) {
     validate = compile(tool, log)
     validators.set(tool, validate)
   }
   if (validate === null || validate(args)) return
+  // Arguments that fail only for a null sent for an optional argument pass once it is taken as absent.
+  if (hasNull(args)) {
+    dropNullOptionals(tool.parameters, args)
+    if (validate(args)) return
+  }
   const messages = (validate.errors ?? []).slice(0, 5).map(describeError)
   throw new ToolError('InvalidArgs', messages.join('; ') || 'arguments do not match the schema')
 }

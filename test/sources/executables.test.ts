@@ -61,7 +61,9 @@ describe('executable tool discovery', () => {
     await placeTool(dir, 'broken', '#!/bin/sh\nexit 1\n')
     const app = await appWith(dir)
     const entry = await app.inject({ method: 'GET', url: '/v1/tools/greet' })
-    expect(entry.json()).toEqual({ name: 'greet', description: 'the greet tool', parameters: { type: 'object', properties: {} }, source: 'executable' })
+    // An executable that declares no annotations has MCP's default hints.
+    const defaults = { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true }
+    expect(entry.json()).toEqual({ name: 'greet', description: 'the greet tool', parameters: { type: 'object', properties: {} }, source: 'executable', annotations: defaults })
     expect((await exec(app, 'greet', {})).body.result).toBe('hello\n')
     // Default-deny: the file's name, a path to it, a skipped file and a system binary are not tools.
     for (const name of ['greet.sh', path.join(dir, 'greet.sh'), 'broken', '/bin/sh', '../tools/greet.sh', 'GREET']) {
