@@ -1,7 +1,9 @@
 /**
- * The tracing budget: execute(read_file) of a 1 KiB file against the built
- * server (run `npm run build` first) with tracing off and with tracing on to
- * a local OTLP/HTTP receiver, in alternating rounds of one run. With
+ * The tracing and idempotency budgets: execute(read_file) of a 1 KiB file
+ * against the built server (run `npm run build` first) with tracing off,
+ * with tracing on to a local OTLP/HTTP receiver, and with tracing off and a
+ * fresh Idempotency-Key on every call ("keyed"), in alternating rounds of
+ * one run. With
  * BENCH_BASELINE=<path to another build's dist/src/server.js> (the code
  * before tracing, say, built in a git worktree) that build is measured in the
  * same rounds, for "off costs what it did before". BENCH_SECONDS (default 3),
@@ -25,7 +27,7 @@ const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 4)
 const CONNECTIONS = Number(process.env['BENCH_CONNECTIONS'] ?? 1)
 const WARMUP_SECONDS = 5
 
-interface Side { name: string, base: string, child: ChildProcess, rps: number[] }
+interface Side { name: string, base: string, child: ChildProcess, rps: number[], keyed?: boolean }
 
 /** A collector stand-in that takes every export and answers 200, counting the bytes. */
 async function startReceiver (): Promise<{ base: string, bytes: () => number, close: () => void }> {
@@ -68,8 +70,11 @@ async function startSide (name: string, entry: string, dir: string, env: Record<
   return { name, base, child, rps: [] }
 }
 
+let keys = 0
+
 async function load (side: Side, seconds: number): Promise<autocannon.Result> {
   return autocannon({
+    ...(side.keyed === true ? { setupRequest: (request: autocannon.Request) => ({ ...request, headers: { ...request.headers, 'idempotency-key': `bench-${process.pid}-${keys++}` } }) } : {}),
     url: `${side.base}/v1/tools/read_file/execute`,
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -94,6 +99,8 @@ async function main (): Promise<void> {
     if (baseline) sides.push(await startSide('before', path.resolve(baseline), dir, {}))
     sides.push(await startSide('off', SERVER, dir, {}))
     sides.push(await startSide('on', SERVER, dir, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.base }))
+    const off = sides.find((s) => s.name === 'off') as Side
+    sides.push({ ...off, name: 'keyed', rps: [], keyed: true })
     for (const side of sides) await load(side, WARMUP_SECONDS)
     for (let round = 0; round < ROUNDS; round++) {
       // Each round in another order: this machine's speed drifts, and a drift must not fall on one side only.
@@ -104,14 +111,13 @@ async function main (): Promise<void> {
     }
     // The time per call, from the throughput: autocannon's latencies are whole milliseconds, coarser than a call.
     const perCall = (side: Side): number => CONNECTIONS * 1000 / median(side.rps)
-    const off = sides.find((s) => s.name === 'off') as Side
     console.log(`execute(read_file), 1 KiB, ${CONNECTIONS} connection(s), median of ${ROUNDS} rounds of ${SECONDS} s:`)
     for (const side of sides) {
       console.log(`  ${side.name.padEnd(7)} ${perCall(side).toFixed(3)} ms per call, ${Math.round(median(side.rps))} req/s, ${(perCall(side) / perCall(off)).toFixed(3)}× off`)
     }
     console.log(`  spans exported to the receiver: ${receiver.bytes()} bytes`)
   } finally {
-    for (const side of sides) side.child.kill('SIGKILL')
+    for (const side of new Set(sides.map((s) => s.child))) side.kill('SIGKILL')
     receiver.close()
     await rm(dir, { recursive: true, force: true })
   }
