@@ -7,7 +7,7 @@ import { scrubbedEnvironment } from './environment.ts'
 import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { PidsCgroups } from './pids-cgroup.ts'
-import { reportsMissingProgram, runToCompletion } from './process.ts'
+import { runPrepared } from './process.ts'
 import { signalRunTree } from './process-tree.ts'
 import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
 
@@ -26,15 +26,8 @@ export class PlainRunner implements ProcessRunner {
     this.#ulimits = ulimits
   }
 
-  async run (options: RunOptions): Promise<RunResult> {
-    const launch = await this.prepare(options)
-    try {
-      const result = await runToCompletion(launch, options)
-      return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
-    } finally {
-      // Whatever the run left is killed now; the wait for it to be gone need not hold the answer.
-      launch.release()
-    }
+  run (options: RunOptions): Promise<RunResult> {
+    return runPrepared((launch) => this.prepare(launch), options)
   }
 
   async prepare (options: LaunchOptions): Promise<PreparedLaunch> {

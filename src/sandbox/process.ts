@@ -7,7 +7,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { BoundedCapture } from './capture.ts'
-import type { RunOptions, RunResult } from './types.ts'
+import type { LaunchOptions, PreparedLaunch, RunOptions, RunResult } from './types.ts'
 
 export interface Spawn {
   file: string
@@ -143,4 +143,19 @@ export function reportsMissingProgram (result: RunResult): boolean {
   if (result.exitCode === 1) return /^bwrap: execvp .*No such file or directory/m.test(result.stderr)
   if (result.exitCode !== 127) return false
   return /^prlimit: failed to execute .*No such file or directory/m.test(result.stderr) || /^\S+: \d+: exec: .*: not found$/m.test(result.stderr)
+}
+
+/**
+ * A run to completion of what a runner's `prepare` launches, the same for
+ * every runner: whatever the run left is killed at its end, and the wait
+ * for it to be gone need not hold the answer.
+ */
+export async function runPrepared (prepare: (options: LaunchOptions) => Promise<PreparedLaunch>, options: RunOptions): Promise<RunResult> {
+  const launch = await prepare(options)
+  try {
+    const result = await runToCompletion(launch, options)
+    return reportsMissingProgram(result) ? { ...result, exitCode: 127, notFound: true } : result
+  } finally {
+    launch.release()
+  }
 }
