@@ -11,7 +11,7 @@
  * whatever it left behind is killed, as exec_shell does.
  */
 import { constants } from 'node:os'
-import { execa, type ResultPromise } from 'execa'
+import type { execa as Execa, ResultPromise } from 'execa'
 import { ToolError } from '../errors.ts'
 import type { PreparedLaunch } from '../sandbox/types.ts'
 import { OutputRing, type StreamName } from './output-ring.ts'
@@ -41,6 +41,8 @@ const RESIGNAL_MS = 20
 const PIPE_GRACE_MS = 1000
 
 export interface ProcessSpec {
+  /** execa, loaded when the first process starts (most services never start one). */
+  execa: typeof Execa
   id: string
   workspace: string | null
   command: string
@@ -81,7 +83,7 @@ export class ManagedProcess {
     this.command = spec.command
     this.output = new OutputRing(spec.maxOutputBytes)
     this.#launch = spec.launch
-    this.#child = execa(spec.launch.file, spec.launch.args, {
+    this.#child = spec.execa(spec.launch.file, spec.launch.args, {
       cwd: spec.launch.cwd,
       env: spec.launch.env,
       extendEnv: false,

@@ -16,6 +16,10 @@ import { deniedPattern } from '../tools/exec-shell.ts'
 import { checkArgv, effectiveTimeout } from '../tools/process-result.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
+
+let execaModule: Promise<typeof import('execa')> | undefined
+/** execa is loaded on the first start: its many modules would otherwise cost every service start-up. */
+const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
 import { ManagedProcess } from './managed-process.ts'
 
 export interface StartRequest {
@@ -74,8 +78,10 @@ export class ProcessTable {
       } finally {
         this.#decrementStarting(dir)
       }
+      const { execa } = await loadExeca()
       const endChange = usageOf(dir).beginChange()
       const started = new ManagedProcess({
+        execa,
         id: `p_${randomBytes(6).toString('hex')}`,
         workspace: place.id,
         command: request.command,
