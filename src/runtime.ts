@@ -20,7 +20,7 @@ import { quotaResolver, type TenantQuota } from './workspaces/quotas.ts'
 import { ToolRegistry } from './execution/registry.ts'
 import { WorkspaceStore } from './workspaces/store.ts'
 import { ProcessTable } from './processes/process-table.ts'
-import { DEFAULT_DENYLIST } from './tools/exec-shell.ts'
+import { DEFAULT_DENYLIST } from './sandbox/command-rules.ts'
 import type { CallTracing } from './telemetry/tracing.ts'
 
 export type Readiness = 'starting' | 'ready' | 'draining'

@@ -12,8 +12,7 @@ import { randomBytes } from 'node:crypto'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
-import { deniedPattern } from '../tools/exec-shell.ts'
-import { checkArgv, effectiveTimeout } from '../tools/process-result.ts'
+import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
 
@@ -59,9 +58,7 @@ export class ProcessTable {
   /** Starts `request.command` in the workspace (a persistent one is made on first use, as any call does). */
   async start (place: ProcessPlace, request: StartRequest): Promise<ManagedProcess> {
     const { config, denylist, store, runner } = this.#options
-    checkArgv([request.command], 'command')
-    const pattern = deniedPattern(request.command, denylist)
-    if (pattern !== undefined) throw new ToolError('PermissionDenied', `command matches the denylist pattern ${JSON.stringify(pattern)}`)
+    checkShellCommand(request.command, denylist)
     if (this.#closed) throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
     const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id)
     const dir = lease?.dir ?? place.dir

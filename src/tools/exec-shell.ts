@@ -6,20 +6,10 @@
  */
 import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
-import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { checkArgv, effectiveTimeout, failedRun, markIfCut, processOutput, processResult } from './process-result.ts'
-
-/** clawft's default patterns, matched case-insensitively as substrings. */
-export const DEFAULT_DENYLIST = [
-  'rm -rf /', 'sudo ', 'mkfs', 'dd if=', ':(){ :|:& };:', 'chmod 777 /', '> /dev/sd', 'shutdown', 'reboot', 'poweroff', 'format c:',
-]
-
-export function deniedPattern (command: string, denylist: readonly string[]): string | undefined {
-  const lower = command.toLowerCase()
-  return denylist.find((pattern) => pattern !== '' && lower.includes(pattern.toLowerCase()))
-}
+import { checkShellCommand, DEFAULT_DENYLIST, effectiveTimeout } from '../sandbox/command-rules.ts'
+import { failedRun, markIfCut, processOutput, processResult } from './process-result.ts'
 
 export function createExecShellTool (options: { config: Config['tools']['exec_shell'], runner: ProcessRunner }) {
   const denylist = options.config.denylist ?? DEFAULT_DENYLIST
@@ -34,9 +24,7 @@ export function createExecShellTool (options: { config: Config['tools']['exec_sh
     outputSchema: processOutput({ duration_ms: Type.Number({ minimum: 0 }) }),
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
     async execute (args, ctx) {
-      checkArgv([args.command], 'command')
-      const pattern = deniedPattern(args.command, denylist)
-      if (pattern !== undefined) throw new ToolError('PermissionDenied', `command matches the denylist pattern ${JSON.stringify(pattern)}`)
+      checkShellCommand(args.command, denylist)
       const timeout = effectiveTimeout(args.timeout, options.config)
       const run = await options.runner.run({
         command: 'sh',

@@ -13,17 +13,7 @@ import type { RunResult } from '../sandbox/types.ts'
 /** Partial output carried by a 504, per stream (bytes of its JSON string); the result limit may cut it further. */
 export const PARTIAL_OUTPUT_BYTES = 16 * 1024
 
-/** The timeout in seconds: the default when absent, clamped (not refused) to the maximum. */
-export function effectiveTimeout (requested: number | undefined, config: { timeout_default: number, timeout_max: number }): number {
-  return Math.min(requested ?? config.timeout_default, config.timeout_max)
-}
-
 const jsonBytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value))
-
-/** Refuses what no process can take as an argument: a NUL byte ends a C string. */
-export function checkArgv (values: readonly string[], what: string): void {
-  if (values.some((value) => value.includes('\0'))) throw new ToolError('InvalidArgs', `${what} must not contain NUL bytes`)
-}
 
 /** What a timed-out, cancelled or never started run becomes. */
 export function failedRun (run: RunResult, timeoutSeconds: number): ToolError | undefined {

@@ -9,7 +9,8 @@ import { Limiter } from '../execution/limiter.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { checkArgv, effectiveTimeout, failedRun, markIfCut, processOutput, processResult } from './process-result.ts'
+import { checkArgv, effectiveTimeout } from '../sandbox/command-rules.ts'
+import { failedRun, markIfCut, processOutput, processResult } from './process-result.ts'
 
 /** A spawn may ask for up to this many seconds. */
 export const SPAWN_TIMEOUT_MAX = 3600

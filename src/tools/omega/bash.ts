@@ -9,7 +9,8 @@ import { ToolError } from '../../errors.ts'
 import { truncateText } from '../../execution/truncate.ts'
 import type { ProcessRunner } from '../../sandbox/types.ts'
 import { defineBuiltin } from '../../execution/define.ts'
-import { checkArgv, failedRun } from '../process-result.ts'
+import { checkArgv } from '../../sandbox/command-rules.ts'
+import { failedRun } from '../process-result.ts'
 
 export const MAX_BASH_OUTPUT = 30_000
 export const BASH_TIMEOUT_SECS = 120
