@@ -21,7 +21,7 @@ import { ToolRegistry } from './execution/registry.ts'
 import { WorkspaceStore } from './workspaces/store.ts'
 import { ProcessTable } from './processes/process-table.ts'
 import { DEFAULT_DENYLIST } from './sandbox/command-rules.ts'
-import type { CallTracing } from './telemetry/tracing.ts'
+import type { CallTracing } from './execution/execute.ts'
 
 export type Readiness = 'starting' | 'ready' | 'draining'
 

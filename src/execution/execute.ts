@@ -16,7 +16,19 @@ import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
-import type { CallTracing } from '../telemetry/tracing.ts'
+
+/** The span of one tool call. */
+export interface CallSpan {
+  end: (outcome: Outcome) => void
+}
+
+/** Tool calls: a span per call, a child of the request span active where it runs. */
+export interface CallTracing {
+  /** `callId`: the call's id in a batch. */
+  startCall: (tool: string, callId: string | undefined) => CallSpan
+  /** Sets an attribute on the request span active here (the MCP session id, known once initialize is handled). */
+  annotateRequest: (key: string, value: string) => void
+}
 
 /** What the execution path needs of the running service. */
 export interface ExecutionServices {

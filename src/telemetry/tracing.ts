@@ -5,7 +5,7 @@
  * so a service without it neither imports nor runs any of it.
  */
 import type { IncomingHttpHeaders } from 'node:http'
-import type { Outcome } from '../execution/execute.ts'
+import type { CallTracing } from '../execution/execute.ts'
 
 // The MCP conventions are still incubating: their names are copied, as the semconv package advises.
 export const ATTR_MCP_METHOD_NAME = 'mcp.method.name'
@@ -29,18 +29,7 @@ export interface RequestSpan {
   end: (statusCode: number) => void
 }
 
-/** The span of one tool call. */
-export interface CallSpan {
-  end: (outcome: Outcome) => void
-}
-
-/** Tool calls: a span per call, a child of the request span active where it runs. */
-export interface CallTracing {
-  /** `callId`: the call's id in a batch. */
-  startCall: (tool: string, callId: string | undefined) => CallSpan
-  /** Sets an attribute on the request span active here (the MCP session id, known once initialize is handled). */
-  annotateRequest: (key: string, value: string) => void
-}
+export type { CallSpan, CallTracing } from '../execution/execute.ts'
 
 export interface Tracing extends CallTracing {
   /** A server span continuing the caller's W3C `traceparent`, if it sent one. */
