@@ -71,20 +71,51 @@ async function until (condition: () => boolean | Promise<boolean>): Promise<void
   while (!await condition()) await sleep(20)
 }
 
-/** PUT a file's bytes as a stream. The server may answer, and close, before it has read them all. */
+/**
+ * PUT a file's bytes as a stream on a raw socket. The server may answer, and
+ * close, before it has read them all: the answer is read as it comes, and a
+ * write that fails after it (EPIPE, ECONNRESET) is no error.
+ */
 function putFile (url: string, file: string): Promise<{ status: number, body: string }> {
+  const { hostname, port, pathname } = new URL(url)
   return new Promise((resolve, reject) => {
-    let answered = false
-    const request = http.request(url, { method: 'PUT', headers: { 'content-type': 'application/gzip' } }, (response) => {
-      answered = true
-      let body = ''
-      response.setEncoding('utf8')
-      response.on('data', (chunk: string) => { body += chunk })
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, body }))
-      response.on('error', reject)
+    const socket = net.connect(Number(port), hostname)
+    let received = Buffer.alloc(0)
+    const answer = (): { status: number, body: string } | undefined => {
+      const text = received.toString('latin1')
+      const end = text.indexOf('\r\n\r\n')
+      if (end === -1) return undefined
+      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(text.slice(0, end))?.[1] ?? NaN)
+      const body = received.subarray(end + 4)
+      if (!Number.isFinite(length) || body.length < length) return undefined
+      return { status: Number(text.slice(9, 12)), body: body.subarray(0, length).toString('utf8') }
+    }
+    socket.on('data', (chunk: Buffer) => {
+      received = Buffer.concat([received, chunk])
+      const done = answer()
+      if (done) {
+        socket.destroy()
+        resolve(done)
+      }
     })
-    request.on('error', (error) => { if (!answered) reject(error) })
-    createReadStream(file).pipe(request)
+    socket.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE' && error.code !== 'ECONNRESET') reject(error)
+    })
+    socket.on('close', () => { if (!answer()) reject(new Error(`connection closed without an answer: ${received.toString('latin1').slice(0, 200)}`)) })
+    socket.on('connect', () => {
+      socket.write(`PUT ${pathname} HTTP/1.1\r\nHost: ${hostname}:${port}\r\nContent-Type: application/gzip\r\nTransfer-Encoding: chunked\r\n\r\n`)
+      const body = createReadStream(file)
+      body.on('data', (chunk) => {
+        if (socket.destroyed) return body.destroy()
+        const piece = chunk as Buffer
+        const more = socket.write(`${piece.length.toString(16)}\r\n`) && socket.write(piece) && socket.write('\r\n')
+        if (!more) {
+          body.pause()
+          socket.once('drain', () => body.resume())
+        }
+      })
+      body.on('end', () => { if (!socket.destroyed) socket.write('0\r\n\r\n') })
+    })
   })
 }
 
