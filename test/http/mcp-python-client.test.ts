@@ -7,16 +7,8 @@
 import net from 'node:net'
 import { readdir } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
+import { listening } from '../support/listening.ts'
 import { buildTestApp } from '../helper.ts'
-
-type App = Awaited<ReturnType<typeof buildTestApp>>
-
-async function listening (app: App): Promise<number> {
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  return address.port
-}
 
 /** Sends `raw` on a fresh connection and answers the status line's code. */
 function rawRequest (port: number, raw: string): Promise<number> {
@@ -55,8 +47,8 @@ describe('the Python MCP SDK ending a session', () => {
   for (const contentLength of [false, true]) {
     it(`ends the session and removes its workspace (${contentLength ? 'with' : 'without'} Content-Length: 0)`, async () => {
       const app = await buildTestApp()
-      const port = await listening(app)
-      const base = `http://127.0.0.1:${port}`
+      const base = await listening(app)
+      const port = Number(new URL(base).port)
       const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
       const init = await fetch(`${base}/mcp`, {
         method: 'POST',

@@ -8,28 +8,13 @@ import path from 'node:path'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { describe, expect, it } from 'vitest'
-import { buildTestApp, onCleanup } from '../helper.ts'
+import { buildTestApp } from '../helper.ts'
 import { describeJson, eventually, placeTool, shTool, toolsDir } from '../sources/helpers.ts'
+import { listening, mcpClient as connect } from '../support/listening.ts'
 import { stdioFixture } from '../sources/mcp-helpers.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 type CallResult = Awaited<ReturnType<Client['callTool']>>
-
-async function listening (app: App): Promise<string> {
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  return `http://127.0.0.1:${address.port}`
-}
-
-async function connect (base: string, options: { token?: string, query?: string } = {}): Promise<Client> {
-  const headers: Record<string, string> = options.token ? { authorization: `Bearer ${options.token}` } : {}
-  const transport = new StreamableHTTPClientTransport(new URL(`${base}/mcp${options.query ?? ''}`), { requestInit: { headers } })
-  const client = new Client({ name: 'toolport-test', version: '1.0.0' })
-  await client.connect(transport)
-  onCleanup(() => client.close())
-  return client
-}
 
 const textOf = (result: CallResult): string => (result.content as Array<{ text?: string }>).map((c) => c.text ?? '').join('')
 

@@ -8,9 +8,9 @@
  * without structuredContent.
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { describe, expect, it } from 'vitest'
-import { buildTestApp, onCleanup } from '../helper.ts'
+import { buildTestApp } from '../helper.ts'
+import { listening, mcpClient } from '../support/listening.ts'
 import { describeJson, placeTool, shTool, toolsDir } from '../sources/helpers.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -21,13 +21,7 @@ const LIMIT = 1024
 
 async function session (overrides: Record<string, unknown> = {}): Promise<{ app: App, client: Client }> {
   const app = await buildTestApp({ tools: { builtin: ['*'] }, limits: { max_result_bytes: LIMIT }, ...overrides })
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  const client = new Client({ name: 'toolport-test', version: '1.0.0' })
-  await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${address.port}/mcp`)))
-  onCleanup(() => client.close())
-  return { app, client }
+  return { app, client: await mcpClient(await listening(app)) }
 }
 
 const textOf = (result: CallResult): string => (result.content as Array<{ text?: string }>).map((c) => c.text ?? '').join('')

@@ -2,16 +2,8 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { describe, expect, it } from 'vitest'
+import { listening } from '../support/listening.ts'
 import { buildTestApp, onCleanup } from '../helper.ts'
-
-type App = Awaited<ReturnType<typeof buildTestApp>>
-
-async function listening (app: App): Promise<string> {
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  return `http://127.0.0.1:${address.port}`
-}
 
 async function connect (base: string, token?: string): Promise<Client> {
   const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}

@@ -5,23 +5,17 @@
  * it), and a cancelled call's process is killed and the call answers nothing.
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Progress } from '@modelcontextprotocol/sdk/types.js'
 import { describe, expect, it } from 'vitest'
-import { buildTestApp, onCleanup } from '../helper.ts'
+import { buildTestApp } from '../helper.ts'
 import { eventually } from '../sources/helpers.ts'
+import { listening, mcpClient } from '../support/listening.ts'
 import { alive } from '../support/processes.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
 async function connect (app: App): Promise<Client> {
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  const client = new Client({ name: 'toolport-test', version: '1.0.0' })
-  await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${address.port}/mcp`)))
-  onCleanup(() => client.close())
-  return client
+  return mcpClient(await listening(app))
 }
 
 const textOf = (result: Awaited<ReturnType<Client['callTool']>>): string => (result.content as Array<{ text?: string }>).map((c) => c.text ?? '').join('')

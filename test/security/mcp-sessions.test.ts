@@ -11,18 +11,12 @@ import v8 from 'node:v8'
 import vm from 'node:vm'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
+import { listening } from '../support/listening.ts'
 import { eventually } from '../sources/helpers.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
 interface RpcAnswer { status: number, body: { result?: Record<string, unknown>, error?: { code: number, message: string } } | undefined }
-
-async function listening (app: App): Promise<string> {
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  return `http://127.0.0.1:${address.port}`
-}
 
 const ACCEPT = 'application/json, text/event-stream'
 

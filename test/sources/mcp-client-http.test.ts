@@ -8,7 +8,8 @@ import { exec, onCleanup } from '../helper.ts'
 import { startHttpFixture } from '../fixtures/mcp-server.mjs'
 import { expectProblem } from '../support/problem.ts'
 import { eventually } from './helpers.ts'
-import { type App, mcpApp, textOf } from './mcp-helpers.ts'
+import { listening } from '../support/listening.ts'
+import { mcpApp, textOf } from './mcp-helpers.ts'
 
 type Fixture = Awaited<ReturnType<typeof startHttpFixture>>
 
@@ -16,13 +17,6 @@ async function fixture (options: Parameters<typeof startHttpFixture>[0] = {}): P
   const fx = await startHttpFixture(options)
   onCleanup(() => fx.close())
   return fx
-}
-
-async function listening (app: App): Promise<string> {
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  const address = app.server.address()
-  if (address === null || typeof address === 'string') throw new Error('not listening')
-  return `http://127.0.0.1:${address.port}`
 }
 
 describe('MCP servers over HTTP', () => {
