@@ -91,7 +91,8 @@ function effectiveLimit (configured: number, requested: number | undefined): num
   return Math.max(MIN_RESULT_BYTES, Math.min(configured, Math.floor(requested)))
 }
 
-async function acquireAll (limiters: Limiter[], signal: AbortSignal, metrics: Metrics): Promise<Release> {
+/** Slots of every limiter, in order; a refusal releases what was taken and counts in the rejections metric. */
+export async function acquireAll (limiters: Limiter[], signal: AbortSignal, metrics: Metrics): Promise<Release> {
   const releases: Release[] = []
   try {
     for (const limiter of limiters) releases.push(await limiter.acquire(signal))

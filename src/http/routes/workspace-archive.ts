@@ -9,7 +9,8 @@ import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
 import { extractArchive } from '../../workspaces/archive-extract.ts'
 import { packWorkspace } from '../../workspaces/archive-pack.ts'
-import { Limiter, type Release } from '../../execution/limiter.ts'
+import { acquireAll } from '../../execution/execute.ts'
+import { Limiter } from '../../execution/limiter.ts'
 import { workspaceQuota } from '../../workspaces/quotas.ts'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
@@ -54,7 +55,7 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       const maxBodyBytes = runtime.config.server.body_limit_bytes
       if (Number(request.headers['content-length']) > maxBodyBytes) throw new ToolError('PayloadTooLarge', `the body is larger than ${maxBodyBytes} bytes`)
       const { signal } = callerOf(request, reply)
-      const release = await slotOf(runtime.limiter, runtime, signal)
+      const release = await acquireAll([runtime.limiter], signal, runtime.metrics)
       try {
         const { tenant } = request.principal
         const existed = await store.find(tenant, request.params.id).then(() => true, () => false)
@@ -87,19 +88,9 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     const record = await store.find(request.principal.tenant, request.params.id)
     // Packing costs CPU for as long as the client reads, so downloads are bounded; by a limiter of their
     // own, so that clients that stop reading cannot hold the slots tool calls need.
-    const release = await slotOf(downloads, runtime, callerOf(request, reply).signal)
+    const release = await acquireAll([downloads], callerOf(request, reply).signal, runtime.metrics)
     reply.raw.once('close', release)
     const filename = `${record.id.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 100)}.tar.gz`
     return reply.type('application/gzip').header('content-disposition', `attachment; filename="${filename}"`).send(packWorkspace(record.dir, request.log as Logger))
   })
-}
-
-/** A slot of `limiter`; refusals count in the metric of every limiter's refusals. */
-async function slotOf (limiter: Limiter, runtime: Runtime, signal: AbortSignal): Promise<Release> {
-  try {
-    return await limiter.acquire(signal)
-  } catch (error) {
-    if (error instanceof ToolError && error.code === 'Overloaded') runtime.metrics.rejections.inc({ limiter: limiter.options.name })
-    throw error
-  }
 }
