@@ -1,7 +1,9 @@
 /** The execution path's view of an HTTP request: who calls, and a signal that fires when the client goes away. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
-import type { Caller } from '../execution/execute.ts'
+import { type Caller, execute, type Outcome, type ToolCall } from '../execution/execute.ts'
+import type { Runtime } from '../runtime.ts'
+import { WorkspaceScope } from '../workspaces/scope.ts'
 import { holdsIdempotencyKey } from './plugins/idempotency.ts'
 
 export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller {
@@ -15,5 +17,22 @@ export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller 
     requestId: request.id,
     log: request.log as Logger,
     signal: controller.signal,
+  }
+}
+
+/**
+ * One call of a request (execute, invoke) in the named persistent workspace
+ * or a fresh one, removed before the answer goes out: a client that reads the
+ * answer and looks again finds the workspace gone. Notes the tool the call ran.
+ */
+export async function runOneCall (runtime: Runtime, request: FastifyRequest, reply: FastifyReply, call: ToolCall, workspaceId: string | undefined): Promise<Outcome> {
+  const caller = callerOf(request, reply)
+  const workspace = new WorkspaceScope(runtime.workspaces, caller.tenant, workspaceId)
+  try {
+    const outcome = await execute(runtime, call, caller, workspace)
+    request.toolName = outcome.tool
+    return outcome
+  } finally {
+    await workspace.close()
   }
 }

@@ -6,12 +6,10 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { execute } from '../../execution/execute.ts'
 import type { AnyTool } from '../../execution/tool.ts'
 import type { Runtime } from '../../runtime.ts'
 import { VERSION } from '../../version.ts'
-import { WorkspaceScope } from '../../workspaces/scope.ts'
-import { callerOf } from '../caller.ts'
+import { runOneCall } from '../caller.ts'
 import { sendProblem } from '../plugins/problem.ts'
 import { AnyJson, JsonObject, problems } from '../schemas.ts'
 
@@ -68,15 +66,7 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
       response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
   }, async (request, reply) => {
-    const caller = callerOf(request, reply)
-    const workspace = new WorkspaceScope(runtime.workspaces, caller.tenant, request.headers[WORKSPACE_HEADER])
-    let outcome
-    try {
-      outcome = await execute(runtime, { name: request.params.name, arguments: request.body }, caller, workspace)
-    } finally {
-      await workspace.close()
-    }
-    request.toolName = outcome.tool
+    const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: request.body }, request.headers[WORKSPACE_HEADER])
     if (!outcome.ok) return sendProblem(request, reply, outcome.error)
     return outcome.result
   })

@@ -1,13 +1,11 @@
 /** GET /v1/tools, GET /v1/tools/{name}, POST /v1/tools/{name}/execute. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { execute } from '../../execution/execute.ts'
 import { globMatcher, parseGlobList } from '../../execution/globs.ts'
 import type { Runtime } from '../../runtime.ts'
-import { WorkspaceScope } from '../../workspaces/scope.ts'
 import { ToolError } from '../../errors.ts'
 import { catalog, CATALOG_FORMATS, type CatalogFormat, nativeEntry } from '../../formats/catalog.ts'
-import { callerOf } from '../caller.ts'
+import { runOneCall } from '../caller.ts'
 import { notModified } from '../etag.ts'
 import { sendProblem } from '../plugins/problem.ts'
 import { AnyJson, JsonObject, problems, ToolEntry } from '../schemas.ts'
@@ -69,17 +67,8 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
       response: { 200: ExecuteReply, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
   }, async (request, reply) => {
-    const caller = callerOf(request, reply)
-    const workspace = new WorkspaceScope(runtime.workspaces, caller.tenant, request.body.workspace)
     const call = { name: request.params.name, arguments: request.body.arguments, maxResultBytes: request.body.max_result_bytes }
-    let outcome
-    try {
-      outcome = await execute(runtime, call, caller, workspace)
-    } finally {
-      // Before the answer goes out: a client that reads it and looks again finds the workspace gone.
-      await workspace.close()
-    }
-    request.toolName = outcome.tool
+    const outcome = await runOneCall(runtime, request, reply, call, request.body.workspace)
     if (!outcome.ok) return sendProblem(request, reply, outcome.error)
     return { tool: outcome.tool, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs, workspace: outcome.workspace }
   })
