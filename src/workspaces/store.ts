@@ -16,6 +16,10 @@
  * anything another instance may have renewed. Each instance needs its own
  * ephemeral root (it is emptied at start).
  *
+ * This file holds lookup, creation and deletion; the cache is
+ * cached-workspaces.ts, making one is creation.ts, leases and the sweep of
+ * expired ones are expiry.ts.
+ *
  * A deleted workspace goes to the trash at once (trash.ts): its id
  * is free, and its files are removed off the request path; what is left
  * there is removed again at start and on every sweep, as are ephemeral
@@ -26,12 +30,15 @@ import { mkdir, realpath, stat } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
+import { CachedWorkspaces, type CachedWorkspace } from './cached-workspaces.ts'
+import { ClaimedElsewhere, materialise } from './creation.ts'
 import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
+import { WorkspaceExpiry } from './expiry.ts'
 import { validateWorkspaceId } from './ids.ts'
 import { WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
 import { describeWorkspace, type WorkspaceInfo, type WorkspaceRecord } from './record.ts'
 import { WorkspaceTrash } from './trash.ts'
-import { forgetUsage, startUsage, usageOf } from './usage.ts'
+import { forgetUsage, usageOf } from './usage.ts'
 
 export type { WorkspaceLease } from './ephemeral.ts'
 export type { WorkspaceInfo, WorkspaceRecord } from './record.ts'
@@ -49,16 +56,6 @@ export interface WorkspaceStoreOptions {
   recheckMs?: number
 }
 
-interface Entry extends WorkspaceRecord {
-  users: number
-  savedExpiresAt: number
-  checkedAt: number
-  /** Settles when the directory and its metadata exist: calls that arrive meanwhile wait for it. */
-  ready: Promise<void>
-  /** `ready` has resolved: a call need not wait for it (a promise turn per call is not free). */
-  made: boolean
-}
-
 /**
  * A staged upload older than this was abandoned (its instance stopped while
  * unpacking): an upload's body must arrive within the request timeout, and
@@ -73,16 +70,13 @@ const ABANDONED_UPLOAD_MS = 60 * 60 * 1000
  */
 const INFO_WAITS_FOR_SCAN_BELOW_FILES = 2000
 
-const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
 const DEFAULT_RECHECK_MS = 1000
-
-/** Thrown inside a creation when another instance claimed the id first. */
-class ClaimedElsewhere extends Error {}
 
 export class WorkspaceStore {
   readonly #options: WorkspaceStoreOptions
-  readonly #entries = new Map<string, Entry>()
+  readonly #cache = new CachedWorkspaces()
   #layout = new WorkspaceLayout('')
+  readonly #expiry: WorkspaceExpiry
   readonly #ephemeral: EphemeralWorkspaces
   #trash: WorkspaceTrash | undefined
   #sweeper: NodeJS.Timeout | undefined
@@ -91,6 +85,12 @@ export class WorkspaceStore {
   constructor (options: WorkspaceStoreOptions) {
     this.#options = options
     this.#ephemeral = new EphemeralWorkspaces(options.log)
+    this.#expiry = new WorkspaceExpiry({
+      cache: this.#cache,
+      layout: () => this.#layout,
+      log: options.log,
+      remove: (tenant, id) => this.#remove(tenant, id),
+    })
   }
 
   /** Where archive uploads are unpacked first (after `init`): on the workspaces' filesystem, out of the tools' reach. */
@@ -114,7 +114,7 @@ export class WorkspaceStore {
     this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
     this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
     await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
-    await this.#adoptAll()
+    await this.#cache.adoptAll(this.#layout)
     // Deletions a crash or restart interrupted; may take long, so not before the service answers.
     void this.#trash.empty()
     this.#sweeper = setInterval(() => { void this.sweep() }, this.#options.sweepIntervalSeconds * 1000)
@@ -140,7 +140,7 @@ export class WorkspaceStore {
     const id = request.id ?? randomUUID()
     validateWorkspaceId(id)
     const conflict = () => new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
-    if (this.#entries.has(keyOf(tenant, id))) throw conflict()
+    if (this.#cache.has(tenant, id)) throw conflict()
     const entry = this.#materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
     try {
       await entry.ready
@@ -153,16 +153,19 @@ export class WorkspaceStore {
   /** The cached record of a workspace; NotFound when this instance does not know it. Prefer `find`. */
   get (tenant: string, id: string): WorkspaceRecord {
     validateWorkspaceId(id)
-    const entry = this.#entries.get(keyOf(tenant, id))
+    const entry = this.#cache.get(tenant, id)
     if (!entry) throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
     return entry
   }
 
   /** A workspace of `tenant`, from the cache or from disk; NotFound when absent (or another tenant's). */
   async find (tenant: string, id: string): Promise<WorkspaceRecord> {
+    return this.#find(tenant, id)
+  }
+
+  async #find (tenant: string, id: string): Promise<CachedWorkspace> {
     validateWorkspaceId(id)
-    const key = keyOf(tenant, id)
-    const cached = this.#entries.get(key)
+    const cached = this.#cache.get(tenant, id)
     if (cached) {
       // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
       const made = cached.made || await cached.ready.then(() => true, () => false)
@@ -173,19 +176,18 @@ export class WorkspaceStore {
     // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
     if (meta && !await exists(this.#layout.workspaceDir(tenant, id))) await this.#remove(tenant, id)
     else if (meta) return this.#found(tenant, id, meta)
-    if (cached && this.#entries.get(key) === cached) this.#entries.delete(key)
+    if (cached) this.#cache.forget(cached)
     throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
   }
 
   /** The entry of a workspace whose metadata (and directory) exist; NotFound when it has expired. */
-  async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<Entry> {
-    const key = keyOf(tenant, id)
-    const entry = this.#entries.get(key) ?? this.#adopt(meta)
+  async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<CachedWorkspace> {
+    const entry = this.#cache.get(tenant, id) ?? this.#cache.adopt(meta, this.#layout)
     entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
     entry.checkedAt = Date.now()
     if (entry.expiresAt <= Date.now() && entry.users === 0) {
       // Expired is gone, whether or not the sweeper has come by yet.
-      if (this.#entries.get(key) === entry) this.#entries.delete(key)
+      this.#cache.forget(entry)
       await this.#remove(tenant, id)
       throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
     }
@@ -206,7 +208,7 @@ export class WorkspaceStore {
 
   async delete (tenant: string, id: string): Promise<void> {
     await this.find(tenant, id)
-    this.#entries.delete(keyOf(tenant, id))
+    this.#cache.delete(tenant, id)
     await this.#remove(tenant, id)
   }
 
@@ -221,20 +223,9 @@ export class WorkspaceStore {
   /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
   async acquire (tenant: string, id: string): Promise<WorkspaceLease> {
     const entry = await this.#findOrCreate(tenant, id)
-    entry.users++
-    this.#renew(entry)
+    const lease = this.#expiry.lease(entry)
     usageOf(entry.dir).refreshIfOld()
-    let released = false
-    return {
-      id,
-      dir: entry.dir,
-      release: async () => {
-        if (released) return
-        released = true
-        entry.users--
-        this.#renew(entry)
-      },
-    }
+    return lease
   }
 
   /** A fresh, empty workspace that disappears on release. */
@@ -245,29 +236,12 @@ export class WorkspaceStore {
   }
 
   /**
-   * Removes expired workspaces that no call here holds. The disk decides:
-   * workspaces other instances made are swept too, and one another
-   * instance renewed is kept. Then finishes removals left in the trash and
-   * ephemeral workspaces left behind. Runs on a timer; callable from tests.
+   * Removes expired workspaces that no call here holds (expiry.ts), then
+   * finishes removals left in the trash and ephemeral workspaces left
+   * behind. Runs on a timer; callable from tests.
    */
   async sweep (now = Date.now()): Promise<number> {
-    await this.#adoptAll()
-    let removed = 0
-    for (const entry of [...this.#entries.values()]) {
-      if (entry.expiresAt > now || entry.users > 0) continue
-      const meta = await this.#layout.read(entry.tenant, entry.id)
-      if (meta && meta.expiresAt > now) {
-        entry.expiresAt = meta.expiresAt
-        continue
-      }
-      if (this.#entries.get(keyOf(entry.tenant, entry.id)) !== entry || entry.users > 0) continue
-      this.#entries.delete(keyOf(entry.tenant, entry.id))
-      await this.#remove(entry.tenant, entry.id).catch((error: unknown) => {
-        this.#options.log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
-      })
-      removed++
-    }
-    if (removed > 0) this.#options.log.info({ removed }, 'expired workspaces removed')
+    const removed = await this.#expiry.sweep(now)
     // Uploads and removals that a crash or restart cut short, and removals that failed before, are tried again.
     await this.#trash?.collectAbandoned(this.#layout.stagingDir, ABANDONED_UPLOAD_MS, now)
     await this.#trash?.empty()
@@ -277,20 +251,18 @@ export class WorkspaceStore {
 
   /** How many persistent workspaces `tenant` holds, as far as this instance knows. */
   countOf (tenant: string): number {
-    let count = 0
-    for (const entry of this.#entries.values()) if (entry.tenant === tenant) count++
-    return count
+    return this.#cache.countOf(tenant)
   }
 
-  async #findOrCreate (tenant: string, id: string): Promise<Entry> {
+  async #findOrCreate (tenant: string, id: string): Promise<CachedWorkspace> {
     validateWorkspaceId(id)
     for (;;) {
       try {
-        return await this.find(tenant, id) as Entry
+        return await this.#find(tenant, id)
       } catch (error) {
         if (!(error instanceof ToolError) || error.code !== 'NotFound') throw error
       }
-      const entry = this.#entries.get(keyOf(tenant, id)) ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
+      const entry = this.#cache.get(tenant, id) ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
       try {
         await entry.ready
         return entry
@@ -301,81 +273,12 @@ export class WorkspaceStore {
     }
   }
 
-  /**
-   * Registers a new workspace at once (so that concurrent creations here make
-   * it once, and count against the quota at once), then makes its directory
-   * and claims its id on disk; `entry.ready` settles when both exist.
-   */
-  #materialise (tenant: string, id: string, ttlSeconds: number): Entry {
+  #materialise (tenant: string, id: string, ttlSeconds: number): CachedWorkspace {
     const limit = this.#options.maxWorkspacesOf?.(tenant) ?? Infinity
-    if (this.countOf(tenant) >= limit) throw quotaError(limit)
-    const now = Date.now()
-    const entry: Entry = {
-      tenant,
-      id,
-      dir: this.#layout.workspaceDir(tenant, id),
-      createdAt: now,
-      expiresAt: now + ttlSeconds * 1000,
-      ttlSeconds,
-      users: 0,
-      savedExpiresAt: now + ttlSeconds * 1000,
-      checkedAt: now,
-      ready: Promise.resolve(),
-      made: false,
-    }
-    const key = keyOf(tenant, id)
-    this.#entries.set(key, entry)
-    entry.ready = (async () => {
-      // Other instances' workspaces count too: the disk knows them.
-      if (await this.#layout.count(tenant) >= limit) throw quotaError(limit)
-      // A directory made here is empty: its usage is known without a scan.
-      if (await mkdir(entry.dir, { recursive: true }) !== undefined) startUsage(entry.dir)
-      if (!await this.#layout.claim(metaOf(entry))) throw new ClaimedElsewhere()
-      entry.made = true
-    })()
-    entry.ready.catch(() => {
-      if (this.#entries.get(key) === entry) this.#entries.delete(key)
-    })
-    return entry
-  }
-
-  /** A workspace known only from disk (made by another instance, or before a restart). */
-  #adopt (meta: WorkspaceMeta): Entry {
-    const entry: Entry = { ...meta, dir: this.#layout.workspaceDir(meta.tenant, meta.id), users: 0, savedExpiresAt: meta.expiresAt, checkedAt: Date.now(), ready: Promise.resolve(), made: true }
-    this.#entries.set(keyOf(meta.tenant, meta.id), entry)
-    return entry
-  }
-
-  async #adoptAll (): Promise<void> {
-    for (const meta of await this.#layout.all()) {
-      if (!this.#entries.has(keyOf(meta.tenant, meta.id))) this.#adopt(meta)
-    }
-  }
-
-  #renew (entry: Entry): void {
-    entry.expiresAt = Math.max(entry.expiresAt, Date.now() + entry.ttlSeconds * 1000)
-    // Persist at most once per tenth of the TTL: a busy workspace should not cost a write per call.
-    // A workspace deleted meanwhile (here or elsewhere) is not brought back.
-    if (entry.expiresAt - entry.savedExpiresAt <= entry.ttlSeconds * 100) return
-    const key = keyOf(entry.tenant, entry.id)
-    if (this.#entries.get(key) === entry) {
-      entry.savedExpiresAt = entry.expiresAt
-      void this.#layout.save(metaOf(entry)).then(async () => {
-        // Deleted while the write was under way: the write must not bring it back.
-        if (this.#entries.get(key) === undefined) await this.#layout.removeMeta(entry.tenant, entry.id)
-      }).catch((error: unknown) => this.#options.log.warn({ err: error }, 'could not save workspace metadata'))
-    }
+    return materialise(this.#cache, this.#layout, { tenant, id, ttlSeconds, limit })
   }
 }
 
 async function exists (dir: string): Promise<boolean> {
   return stat(dir).then(() => true, () => false)
-}
-
-function metaOf ({ tenant, id, createdAt, expiresAt, ttlSeconds }: Entry): WorkspaceMeta {
-  return { tenant, id, createdAt, expiresAt, ttlSeconds }
-}
-
-function quotaError (limit: number): ToolError {
-  return new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
 }

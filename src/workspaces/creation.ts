@@ -1,0 +1,60 @@
+/**
+ * Creating a persistent workspace. It is cached at once, so that concurrent
+ * creations here make it once and count against the quota at once; then its
+ * directory is made and its id claimed on disk, where another instance may
+ * have claimed it first.
+ */
+import { mkdir } from 'node:fs/promises'
+import { ToolError } from '../errors.ts'
+import { metaOf, type CachedWorkspace, type CachedWorkspaces } from './cached-workspaces.ts'
+import type { WorkspaceLayout } from './meta.ts'
+import { startUsage } from './usage.ts'
+
+/** Thrown inside a creation when another instance claimed the id first. */
+export class ClaimedElsewhere extends Error {}
+
+export interface WorkspaceCreation {
+  tenant: string
+  id: string
+  ttlSeconds: number
+  /** How many persistent workspaces the tenant may hold. */
+  limit: number
+}
+
+/**
+ * Caches a new workspace and starts making it; `entry.ready` settles when its
+ * directory and metadata exist, and rejects with ClaimedElsewhere when
+ * another instance claimed the id first (the entry is then forgotten).
+ */
+export function materialise (cache: CachedWorkspaces, layout: WorkspaceLayout, { tenant, id, ttlSeconds, limit }: WorkspaceCreation): CachedWorkspace {
+  if (cache.countOf(tenant) >= limit) throw quotaError(limit)
+  const now = Date.now()
+  const entry: CachedWorkspace = {
+    tenant,
+    id,
+    dir: layout.workspaceDir(tenant, id),
+    createdAt: now,
+    expiresAt: now + ttlSeconds * 1000,
+    ttlSeconds,
+    users: 0,
+    savedExpiresAt: now + ttlSeconds * 1000,
+    checkedAt: now,
+    ready: Promise.resolve(),
+    made: false,
+  }
+  cache.add(entry)
+  entry.ready = (async () => {
+    // Other instances' workspaces count too: the disk knows them.
+    if (await layout.count(tenant) >= limit) throw quotaError(limit)
+    // A directory made here is empty: its usage is known without a scan.
+    if (await mkdir(entry.dir, { recursive: true }) !== undefined) startUsage(entry.dir)
+    if (!await layout.claim(metaOf(entry))) throw new ClaimedElsewhere()
+    entry.made = true
+  })()
+  entry.ready.catch(() => cache.forget(entry))
+  return entry
+}
+
+function quotaError (limit: number): ToolError {
+  return new ToolError('PermissionDenied', `the tenant's quota of ${limit} workspaces is used up; delete one first`)
+}

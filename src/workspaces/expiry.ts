@@ -1,0 +1,86 @@
+/**
+ * Leases and expiry of persistent workspaces: a call holds its workspace
+ * through a lease, which renews the TTL; the sweep removes expired
+ * workspaces that no call holds. The disk decides what has expired, so a
+ * workspace another instance renewed is kept.
+ */
+import type { Logger } from 'pino'
+import { metaOf, type CachedWorkspace, type CachedWorkspaces } from './cached-workspaces.ts'
+import type { WorkspaceLease } from './ephemeral.ts'
+import type { WorkspaceLayout } from './meta.ts'
+
+export interface WorkspaceExpiryOptions {
+  cache: CachedWorkspaces
+  /** The store's layout (it is known only after the store's `init`). */
+  layout: () => WorkspaceLayout
+  log: Logger
+  /** The store's removal of a workspace (its removal listeners first, then the trash). */
+  remove: (tenant: string, id: string) => Promise<void>
+}
+
+export class WorkspaceExpiry {
+  readonly #options: WorkspaceExpiryOptions
+
+  constructor (options: WorkspaceExpiryOptions) {
+    this.#options = options
+  }
+
+  /** Holds `entry` for a call until the lease is released; renews its TTL at both ends. */
+  lease (entry: CachedWorkspace): WorkspaceLease {
+    entry.users++
+    this.renew(entry)
+    let released = false
+    return {
+      id: entry.id,
+      dir: entry.dir,
+      release: async () => {
+        if (released) return
+        released = true
+        entry.users--
+        this.renew(entry)
+      },
+    }
+  }
+
+  /** Moves the expiry a TTL from now, and saves it when it has moved far enough. */
+  renew (entry: CachedWorkspace): void {
+    const { cache, layout, log } = this.#options
+    entry.expiresAt = Math.max(entry.expiresAt, Date.now() + entry.ttlSeconds * 1000)
+    // Persist at most once per tenth of the TTL: a busy workspace should not cost a write per call.
+    // A workspace deleted meanwhile (here or elsewhere) is not brought back.
+    if (entry.expiresAt - entry.savedExpiresAt <= entry.ttlSeconds * 100) return
+    if (!cache.holds(entry)) return
+    entry.savedExpiresAt = entry.expiresAt
+    void layout().save(metaOf(entry)).then(async () => {
+      // Deleted while the write was under way: the write must not bring it back.
+      if (cache.get(entry.tenant, entry.id) === undefined) await layout().removeMeta(entry.tenant, entry.id)
+    }).catch((error: unknown) => log.warn({ err: error }, 'could not save workspace metadata'))
+  }
+
+  /**
+   * Removes expired workspaces that no call here holds, including those
+   * other instances made; one whose metadata another instance renewed is
+   * kept. Answers how many went.
+   */
+  async sweep (now: number): Promise<number> {
+    const { cache, layout, log, remove } = this.#options
+    await cache.adoptAll(layout())
+    let removed = 0
+    for (const entry of cache.all()) {
+      if (entry.expiresAt > now || entry.users > 0) continue
+      const meta = await layout().read(entry.tenant, entry.id)
+      if (meta && meta.expiresAt > now) {
+        entry.expiresAt = meta.expiresAt
+        continue
+      }
+      if (!cache.holds(entry) || entry.users > 0) continue
+      cache.delete(entry.tenant, entry.id)
+      await remove(entry.tenant, entry.id).catch((error: unknown) => {
+        log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
+      })
+      removed++
+    }
+    if (removed > 0) log.info({ removed }, 'expired workspaces removed')
+    return removed
+  }
+}
