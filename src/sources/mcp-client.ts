@@ -1,24 +1,18 @@
 /**
- * One upstream MCP server as a tool source: stdio (`command`) or Streamable
- * HTTP (`url`, falling back to the older SSE transport). A server that fails
+ * One upstream MCP server as a tool source: lists and wraps its tools, calls
+ * them, and keeps the connection (mcp-connection.ts) alive. A server that fails
  * to start or drops its connection never takes the service down: its tools
  * stay registered but answer ExecutionFailed while the source reconnects
  * with backoff in the background.
  */
-import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
-import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import type { RequestOptions } from '@modelcontextprotocol/sdk/shared/protocol.js'
-import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
-import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import type { McpServerConfig } from '../config.ts'
 import type { AnyTool, ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
-import { VERSION } from '../version.ts'
-import { clipText } from '../execution/truncate.ts'
+import { disconnect, isConnectionGone, McpConnector, type McpConnection } from './mcp-connection.ts'
 import { errorOf, shortMessage, wrapTools } from './mcp-tools.ts'
 
 /** `connecting` until the first attempt ends; `down` while retrying; `closed` after close(). */
@@ -38,17 +32,6 @@ export interface McpClientSourceOptions {
 const FIRST_BACKOFF_MS = 500
 const MAX_BACKOFF_MS = 30_000
 const DEFAULT_CONNECT_TIMEOUT_MS = 30_000
-/** The SDK's stdio close escalates to SIGKILL after 4 s; waiting a little longer sees the child gone. */
-const CLOSE_WAIT_MS = 5_000
-const TERMINATE_WAIT_MS = 1_000
-
-/** One live client and what it runs on. */
-interface Connection {
-  client: Client
-  transport: Transport
-  /** Settles when the transport has closed (for stdio: when the child has exited). */
-  closed: Promise<void>
-}
 
 /** One upstream MCP server: connects, lists and wraps its tools, and keeps the connection alive. */
 export class McpClientSource {
@@ -56,7 +39,8 @@ export class McpClientSource {
   lastError: string | undefined
   readonly #options: McpClientSourceOptions
   readonly #connectTimeoutMs: number
-  #connection: Connection | undefined
+  readonly #connector: McpConnector
+  #connection: McpConnection | undefined
   #tools: AnyTool[] = []
   #started: Promise<void> | undefined
   #attempt: { abort: AbortController, done: Promise<void> } | undefined
@@ -65,12 +49,11 @@ export class McpClientSource {
   #failures = 0
   #listings = 0
   #published = 0
-  /** Set once a server turned out to speak only the older SSE transport, so reconnects skip the probe. */
-  #sseOnly = false
 
   constructor (options: McpClientSourceOptions) {
     this.#options = options
     this.#connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS
+    this.#connector = new McpConnector({ config: options.config, log: options.log, connectTimeoutMs: this.#connectTimeoutMs })
   }
 
   /** How many tools the server has listed (they stay while it is down). */
@@ -118,9 +101,12 @@ export class McpClientSource {
   }
 
   async #tryConnect (signal: AbortSignal): Promise<void> {
-    let connection: Connection | undefined
+    let connection: McpConnection | undefined
     try {
-      connection = await this.#open(signal)
+      connection = await this.#connector.open(signal, {
+        onClose: (closed) => this.#lost(closed),
+        onToolListChanged: (changed) => this.#refresh(changed),
+      })
       // Current before the listing, so a list_changed arriving meanwhile is not lost.
       this.#connection = connection
       const listing = ++this.#listings
@@ -141,65 +127,8 @@ export class McpClientSource {
     }
   }
 
-  /** Connects over the configured transport: stdio, or Streamable HTTP with an SSE fallback. */
-  async #open (signal: AbortSignal): Promise<Connection> {
-    const { command, url = '' } = this.#options.config
-    if (command) return this.#attach(this.#stdio(command), signal)
-    const endpoint = new URL(url)
-    if (this.#sseOnly) return this.#attach(new SSEClientTransport(endpoint), signal)
-    try {
-      return await this.#attach(new StreamableHTTPClientTransport(endpoint), signal)
-    } catch (error) {
-      // Servers from before Streamable HTTP refuse the initialize POST with a 4xx (404, 405).
-      const status = error instanceof StreamableHTTPError ? error.code ?? 0 : 0
-      const refused = status >= 400 && status < 500
-      if (!refused || signal.aborted) throw error
-      this.#options.log.debug({ status }, 'Streamable HTTP refused; trying the older SSE transport')
-      try {
-        const connection = await this.#attach(new SSEClientTransport(endpoint), signal)
-        this.#sseOnly = true
-        return connection
-      } catch (sseError) {
-        throw new Error(`${shortMessage(error)}; SSE fallback: ${shortMessage(sseError)}`)
-      }
-    }
-  }
-
-  #stdio (command: string): StdioClientTransport {
-    const transport = new StdioClientTransport({
-      command,
-      args: this.#options.config.args,
-      // The SDK's safe subset (PATH, HOME, …), never the service's environment: it holds secrets.
-      env: { ...getDefaultEnvironment(), ...this.#options.config.env },
-      stderr: 'pipe',
-    })
-    transport.stderr?.on('data', (chunk: Buffer) => {
-      this.#options.log.debug({ stderr: clipText(chunk.toString('utf8').trimEnd(), 2000) }, 'MCP server stderr')
-    })
-    return transport
-  }
-
-  async #attach (transport: Transport, signal: AbortSignal): Promise<Connection> {
-    const client = new Client({ name: 'toolport', version: VERSION }, { capabilities: {} })
-    const closed = Promise.withResolvers<void>()
-    const connection: Connection = { client, transport, closed: closed.promise }
-    client.onclose = () => {
-      closed.resolve()
-      this.#lost(connection)
-    }
-    client.onerror = (error) => this.#options.log.debug({ reason: shortMessage(error) }, 'MCP transport error')
-    client.setNotificationHandler(ToolListChangedNotificationSchema, () => this.#refresh(connection))
-    try {
-      await client.connect(transport, { signal, timeout: this.#connectTimeoutMs })
-    } catch (error) {
-      await disconnect(connection)
-      throw error
-    }
-    return connection
-  }
-
   /** list_changed: lists again; only the newest listing is published. */
-  async #refresh (connection: Connection): Promise<void> {
+  async #refresh (connection: McpConnection): Promise<void> {
     const listing = ++this.#listings
     try {
       const tools = await listAllTools(connection.client, { timeout: this.#connectTimeoutMs })
@@ -240,14 +169,14 @@ export class McpClientSource {
   }
 
   /** The transport of `connection` closed by itself (a crashed child): reconnect. */
-  #lost (connection: Connection): void {
+  #lost (connection: McpConnection): void {
     if (connection !== this.#connection || this.state !== 'up') return
     this.#connection = undefined
     this.#down(new Error('the connection closed'))
   }
 
   /** An HTTP connection that no longer works (session gone, server unreachable): replace it. */
-  #drop (connection: Connection, error: unknown): void {
+  #drop (connection: McpConnection, error: unknown): void {
     if (connection !== this.#connection || this.state !== 'up') return
     this.#connection = undefined
     void disconnect(connection)
@@ -286,31 +215,4 @@ async function listAllTools (client: Client, options: RequestOptions): Promise<M
     cursor = page.nextCursor
   } while (cursor !== undefined && !seen.has(cursor))
   return tools
-}
-
-/**
- * Closes a connection and waits (bounded) for its transport to be gone. A
- * session of a stateful HTTP server is ended politely first (DELETE).
- */
-async function disconnect ({ client, transport, closed }: Connection): Promise<void> {
-  if (transport instanceof StreamableHTTPClientTransport) await within(transport.terminateSession(), TERMINATE_WAIT_MS).catch(() => {})
-  await client.close().catch(() => {})
-  await within(closed, CLOSE_WAIT_MS)
-}
-
-/** Whether a failed request means the HTTP connection is unusable: 404 = session gone (the spec says start a new one), or the network failed. */
-function isConnectionGone (error: unknown): boolean {
-  if (error instanceof StreamableHTTPError) return error.code === 404
-  return error instanceof TypeError && error.message === 'fetch failed'
-}
-
-/** `promise`, or undefined after `ms`. */
-async function within<T> (promise: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<undefined>((resolve) => { timer = setTimeout(() => resolve(undefined), ms) })
-  try {
-    return await Promise.race([promise, timeout])
-  } finally {
-    clearTimeout(timer)
-  }
 }

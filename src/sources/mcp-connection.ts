@@ -1,0 +1,139 @@
+/**
+ * The connection to one upstream MCP server: the transport its config asks
+ * for (stdio for `command`; Streamable HTTP for `url`, falling back to the
+ * older SSE transport), an initialized client on it, and a bounded close.
+ * What to do when a connection ends is the source's business (mcp-client.ts).
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
+import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
+import type { Logger } from 'pino'
+import type { McpServerConfig } from '../config.ts'
+import { clipText } from '../execution/truncate.ts'
+import { VERSION } from '../version.ts'
+import { shortMessage } from './mcp-tools.ts'
+
+/** The SDK's stdio close escalates to SIGKILL after 4 s; waiting a little longer sees the child gone. */
+const CLOSE_WAIT_MS = 5_000
+const TERMINATE_WAIT_MS = 1_000
+
+/** One live client and what it runs on. */
+export interface McpConnection {
+  client: Client
+  transport: Transport
+  /** Settles when the transport has closed (for stdio: when the child has exited). */
+  closed: Promise<void>
+}
+
+/** What the source hears from a connection once it is open. */
+export interface McpConnectionEvents {
+  /** The transport closed (by itself, or by `disconnect`). */
+  onClose: (connection: McpConnection) => void
+  /** The server says its tool list changed. */
+  onToolListChanged: (connection: McpConnection) => Promise<void>
+}
+
+export interface McpConnectorOptions {
+  config: McpServerConfig
+  log: Logger
+  /** Bound on initialize. */
+  connectTimeoutMs: number
+}
+
+/** Opens connections to one server; remembers across reconnects whether it speaks only SSE. */
+export class McpConnector {
+  readonly #options: McpConnectorOptions
+  /** Set once a server turned out to speak only the older SSE transport, so reconnects skip the probe. */
+  #sseOnly = false
+
+  constructor (options: McpConnectorOptions) {
+    this.#options = options
+  }
+
+  /** Connects over the configured transport: stdio, or Streamable HTTP with an SSE fallback. */
+  async open (signal: AbortSignal, events: McpConnectionEvents): Promise<McpConnection> {
+    const { command, url = '' } = this.#options.config
+    if (command) return this.#attach(this.#stdio(command), signal, events)
+    const endpoint = new URL(url)
+    if (this.#sseOnly) return this.#attach(new SSEClientTransport(endpoint), signal, events)
+    try {
+      return await this.#attach(new StreamableHTTPClientTransport(endpoint), signal, events)
+    } catch (error) {
+      // Servers from before Streamable HTTP refuse the initialize POST with a 4xx (404, 405).
+      const status = error instanceof StreamableHTTPError ? error.code ?? 0 : 0
+      const refused = status >= 400 && status < 500
+      if (!refused || signal.aborted) throw error
+      this.#options.log.debug({ status }, 'Streamable HTTP refused; trying the older SSE transport')
+      try {
+        const connection = await this.#attach(new SSEClientTransport(endpoint), signal, events)
+        this.#sseOnly = true
+        return connection
+      } catch (sseError) {
+        throw new Error(`${shortMessage(error)}; SSE fallback: ${shortMessage(sseError)}`)
+      }
+    }
+  }
+
+  #stdio (command: string): StdioClientTransport {
+    const transport = new StdioClientTransport({
+      command,
+      args: this.#options.config.args,
+      // The SDK's safe subset (PATH, HOME, …), never the service's environment: it holds secrets.
+      env: { ...getDefaultEnvironment(), ...this.#options.config.env },
+      stderr: 'pipe',
+    })
+    transport.stderr?.on('data', (chunk: Buffer) => {
+      this.#options.log.debug({ stderr: clipText(chunk.toString('utf8').trimEnd(), 2000) }, 'MCP server stderr')
+    })
+    return transport
+  }
+
+  async #attach (transport: Transport, signal: AbortSignal, events: McpConnectionEvents): Promise<McpConnection> {
+    const client = new Client({ name: 'toolport', version: VERSION }, { capabilities: {} })
+    const closed = Promise.withResolvers<void>()
+    const connection: McpConnection = { client, transport, closed: closed.promise }
+    client.onclose = () => {
+      closed.resolve()
+      events.onClose(connection)
+    }
+    client.onerror = (error) => this.#options.log.debug({ reason: shortMessage(error) }, 'MCP transport error')
+    client.setNotificationHandler(ToolListChangedNotificationSchema, () => events.onToolListChanged(connection))
+    try {
+      await client.connect(transport, { signal, timeout: this.#options.connectTimeoutMs })
+    } catch (error) {
+      await disconnect(connection)
+      throw error
+    }
+    return connection
+  }
+}
+
+/**
+ * Closes a connection and waits (bounded) for its transport to be gone. A
+ * session of a stateful HTTP server is ended politely first (DELETE).
+ */
+export async function disconnect ({ client, transport, closed }: McpConnection): Promise<void> {
+  if (transport instanceof StreamableHTTPClientTransport) await within(transport.terminateSession(), TERMINATE_WAIT_MS).catch(() => {})
+  await client.close().catch(() => {})
+  await within(closed, CLOSE_WAIT_MS)
+}
+
+/** Whether a failed request means the HTTP connection is unusable: 404 = session gone (the spec says start a new one), or the network failed. */
+export function isConnectionGone (error: unknown): boolean {
+  if (error instanceof StreamableHTTPError) return error.code === 404
+  return error instanceof TypeError && error.message === 'fetch failed'
+}
+
+/** `promise`, or undefined after `ms`. */
+async function within<T> (promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<undefined>((resolve) => { timer = setTimeout(() => resolve(undefined), ms) })
+  try {
+    return await Promise.race([promise, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}
