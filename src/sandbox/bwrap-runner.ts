@@ -9,7 +9,10 @@
  * hidden-paths.ts); /dev/null over /etc/shadow and over a secret file whose
  * directory tools need; then the call's workspace bound read-write at its
  * own path, and any read-only extras (an executable tool's directory). All
- * namespaces are unshared (network too, unless configured), the process runs
+ * namespaces are unshared but the network, which is the host's when
+ * `network` is on, else the workspace's own (workspace-network.ts: shared
+ * by the commands of a persistent workspace, and of an MCP session's once
+ * a process started there) or, for any other command, one of its own. The process runs
  * as `nobody` without capabilities inside its own user namespace, in a new
  * session, and dies with the service.
  *
@@ -22,10 +25,11 @@ import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
 import { findHiddenPaths, type HiddenPaths } from './hidden-paths.ts'
 import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
-import type { PidsCgroups } from './pids-cgroup.ts'
+import type { PidsCgroups, RunCgroup } from './pids-cgroup.ts'
 import { runPrepared } from './process.ts'
 import { commandNameOf, signalRunTree } from './process-tree.ts'
 import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
+import type { NetworkLease, WorkspaceNetworks } from './workspace-network.ts'
 
 export const BWRAP = '/usr/bin/bwrap'
 
@@ -45,6 +49,8 @@ export interface BwrapOptions {
   pids?: PidsCgroups | undefined
   /** The limits as shell commands for the launcher, which then sets them instead of prlimit (see limits.ts). */
   ulimits?: string | undefined
+  /** The workspaces' networks (with `network` false): a command that joins one shares it instead of having its own. */
+  networks?: WorkspaceNetworks | undefined
 }
 
 /** bwrap's own processes inside a run's cgroup: the outer monitor and the namespace's init. */
@@ -90,9 +96,10 @@ export class BwrapRunner implements ProcessRunner {
   /**
    * The full bwrap argument list for one run (exported for tests and
    * benchmarks); `withPrlimit` false when the launcher outside bwrap has set
-   * the limits already (rlimits are inherited through bwrap).
+   * the limits already (rlimits are inherited through bwrap); `inNetwork`
+   * when bwrap starts inside the workspace's network, which it keeps.
    */
-  argv (options: LaunchOptions, withPrlimit = true): string[] {
+  argv (options: LaunchOptions, withPrlimit = true, inNetwork = false): string[] {
     const env = scrubbedEnvironment(options.cwd, options.env)
     const hidden = this.#hiddenPaths()
     return [
@@ -111,7 +118,7 @@ export class BwrapRunner implements ProcessRunner {
       '--chdir', options.cwd,
       '--unshare-all',
       '--unshare-user',
-      ...(this.#options.network ? ['--share-net'] : []),
+      ...(this.#options.network || inNetwork ? ['--share-net'] : []),
       '--uid', '65534',
       '--gid', '65534',
       '--hostname', 'toolport-sandbox',
@@ -140,17 +147,24 @@ export class BwrapRunner implements ProcessRunner {
   }
 
   run (options: RunOptions): Promise<RunResult> {
-    return runPrepared((launch) => this.prepare(launch), options)
+    return runPrepared((launch) => this.#prepare(launch, false), options)
   }
 
-  async prepare (options: LaunchOptions): Promise<PreparedLaunch> {
+  /** A long-running process (processes/): in an MCP session's workspace, the first one makes the workspace's network. */
+  prepare (options: LaunchOptions): Promise<PreparedLaunch> {
+    return this.#prepare(options, true)
+  }
+
+  async #prepare (options: LaunchOptions, longRunning: boolean): Promise<PreparedLaunch> {
     const { ulimits } = this.#options
-    const cgroup = this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
+    const network = await this.#options.networks?.join(options.cwd, longRunning)
+    const inNetwork = network !== undefined
+    const cgroup = this.#createCgroup(network)
     // The limits are set inside the sandbox by a launcher that becomes the command (or runs its
     // sh -c script); joining the cgroup has to happen outside, where the cgroup files can be written.
     const inner = ulimits ? launcherArgv(ulimits, options.command, options.args) : undefined
-    const bwrapArgs = inner ? this.argv({ ...options, command: inner[0] as string, args: inner.slice(1) }, false) : this.argv(options)
-    const argv = cgroup ? launcherArgv(cgroup.join, BWRAP, bwrapArgs) : [BWRAP, ...bwrapArgs]
+    const bwrapArgs = inner ? this.argv({ ...options, command: inner[0] as string, args: inner.slice(1) }, false, inNetwork) : this.argv(options, true, inNetwork)
+    const argv = outerArgv(cgroup?.join, network, bwrapArgs)
     return {
       file: argv[0] as string,
       args: argv.slice(1),
@@ -159,7 +173,26 @@ export class BwrapRunner implements ProcessRunner {
       killTree: cgroup?.killAll,
       // bwrap's monitor and the namespace's init: a TERM would end them, and with them (by SIGKILL) the command.
       signalTree: (pid, signal) => signalRunTree({ pid, cgroupPids: cgroup?.pids, spare: (each) => commandNameOf(each) === 'bwrap' }, signal),
-      release: () => { void cgroup?.release() },
+      release: () => {
+        void cgroup?.release()
+        network?.release()
+      },
     }
   }
+
+  /** The run's pids cgroup, if any; should making it fail, the run leaves the network it joined. */
+  #createCgroup (network: NetworkLease | undefined): RunCgroup | undefined {
+    try {
+      return this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
+    } catch (error) {
+      network?.release()
+      throw error
+    }
+  }
+}
+
+/** What starts bwrap: the cgroup joined first (on the host), then the workspace's network entered (nsenter execs bwrap). */
+function outerArgv (joinCgroup: string | undefined, network: NetworkLease | undefined, bwrapArgs: string[]): string[] {
+  const argv = [...network?.prefix ?? [], BWRAP, ...bwrapArgs]
+  return joinCgroup ? launcherArgv(joinCgroup, argv[0] as string, argv.slice(1)) : argv
 }

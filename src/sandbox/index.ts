@@ -13,6 +13,7 @@ import { findPrlimit, probeUlimitUnits, type ResourceLimits, ulimitCommands } fr
 import { PidsCgroups } from './pids-cgroup.ts'
 import { PlainRunner } from './plain-runner.ts'
 import type { ProcessRunner } from './types.ts'
+import { nsenterAvailable, type WorkspaceNetworks } from './workspace-network.ts'
 
 export type { ProcessRunner } from './types.ts'
 
@@ -22,6 +23,8 @@ export interface RunnerOptions {
   hidePaths?: string[]
   /** Files the service reads (config, tokens file), hidden with their symlink chains and the directories holding them. */
   secretFiles?: string[]
+  /** The workspaces' networks, which bwrap's commands join when `sandbox.network` is off. */
+  networks?: WorkspaceNetworks
 }
 
 /** Said once at start-up: what a root service's sandbox cannot keep from its tools. */
@@ -63,7 +66,22 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   // With a pids cgroup per run, the cgroup bounds the process count (as prlimit's --nproc would not for root).
   const ulimits = units ? ulimitCommands(limits, units, !pids) : undefined
   if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)
-  const bwrap = new BwrapRunner({ network: sandbox.network, limits, prlimit, hidePaths: options.hidePaths ?? [], secretFiles: options.secretFiles, tmpBytes: sandbox.tmp_bytes, pids, ulimits })
+  let networks = sandbox.network ? undefined : options.networks
+  if (networks && !nsenterAvailable()) {
+    options.log.warn('nsenter not found: every sandboxed command has a network of its own (a server a process starts is not reachable from the workspace\'s other commands)')
+    networks = undefined
+  }
+  const bwrap = new BwrapRunner({
+    network: sandbox.network,
+    limits,
+    prlimit,
+    hidePaths: options.hidePaths ?? [],
+    secretFiles: options.secretFiles,
+    tmpBytes: sandbox.tmp_bytes,
+    pids,
+    ulimits,
+    networks,
+  })
   const problem = await probe(bwrap)
   if (problem === null) {
     if (process.getuid?.() === 0) options.log.warn(ROOT_SANDBOX_WARNING)
