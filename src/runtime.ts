@@ -8,6 +8,7 @@ import type { Logger } from 'pino'
 import type { Config, McpServerConfig } from './config.ts'
 import { createRunner } from './sandbox/index.ts'
 import { DeferredRunner } from './sandbox/deferred-runner.ts'
+import { WorkspaceNetworks } from './sandbox/workspace-network.ts'
 import type { ProcessRunner } from './sandbox/types.ts'
 import { ExecutableSource } from './sources/executables.ts'
 import type { McpClientSource } from './sources/mcp-client.ts'
@@ -62,6 +63,8 @@ export class Runtime implements ExecutionServices {
   #executables: ExecutableSource | undefined
   #closeMessages: () => Promise<void> = async () => {}
   #choosingRunner: Promise<ProcessRunner> | undefined
+  /** The workspaces' loopback networks (a sandbox with `sandbox.network` off); the bubblewrap runner joins them. */
+  readonly #networks: WorkspaceNetworks | undefined
   #finishing: Promise<void> | undefined
   #closed = false
 
@@ -88,6 +91,10 @@ export class Runtime implements ExecutionServices {
       log,
       maxWorkspacesOf: (tenant) => this.quotaOf(tenant).maxWorkspaces,
     })
+    // Every command of a persistent workspace shares its network; an ephemeral one's (an MCP session's) once a process starts there.
+    if (config.sandbox.mode !== 'none' && !config.sandbox.network) {
+      this.#networks = new WorkspaceNetworks({ sharedByEveryCommand: (dir) => isInside(this.workspaces.root, dir) && !isInside(this.workspaces.ephemeralRoot, dir) })
+    }
     this.processes = new ProcessTable({
       config: config.tools.processes,
       denylist: config.tools.exec_shell.denylist ?? DEFAULT_DENYLIST,
@@ -112,6 +119,8 @@ export class Runtime implements ExecutionServices {
     const builtins = builtinTools(this.config, this.#deferredRunner, this.processes)
     // A workspace that goes takes its processes with it.
     if (builtins.some((tool) => tool.name === 'process_start')) this.workspaces.onRemoval((dir) => this.processes.endWorkspace(dir))
+    // After the processes (registered first), so that the network goes once nothing runs in it.
+    if (this.#networks) this.workspaces.onRemoval(async (dir) => { this.#networks?.end(dir) })
     this.registry.setGroup('builtin', 'builtin', builtins)
     const messages = messageTools(this.config, this.log)
     this.#closeMessages = messages.close
@@ -171,7 +180,7 @@ export class Runtime implements ExecutionServices {
       // Every workspace but a call's own is hidden from its processes.
       const { root, ephemeralRoot } = this.workspaces
       const workspaceRoots = isInside(root, ephemeralRoot) ? [root] : [root, ephemeralRoot]
-      this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: workspaceRoots, secretFiles: this.#options.hidePaths ?? [] })
+      this.runner = await createRunner(this.config.sandbox, { log: this.log, hidePaths: workspaceRoots, secretFiles: this.#options.hidePaths ?? [], networks: this.#networks })
       this.metrics.sandboxMode.set({ mode: this.runner.mode }, 1)
       this.log.info({ sandbox: this.runner.mode }, 'sandbox chosen: tool processes can run')
       return this.runner
@@ -223,6 +232,7 @@ export class Runtime implements ExecutionServices {
     await Promise.allSettled([...this.mcpServers.values()].map((source) => source.close()))
     await this.#closeMessages()
     await this.processes.close()
+    this.#networks?.close()
     this.workspaces.close()
   }
 
