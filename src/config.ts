@@ -48,6 +48,12 @@ export const ConfigSchema = Type.Object({
     mcp_session_idle_seconds: int(1, 900),
     /** How long an Idempotency-Key's answer is kept and replayed. */
     idempotency_ttl_seconds: int(1, 86_400),
+    /**
+     * The URL at which the other instances sharing `workspaces.root` reach this
+     * one (e.g. `http://10.0.3.7:8080`): requests about its processes are
+     * forwarded there. Unset: a single instance.
+     */
+    advertise_url: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+/?$' })),
   }),
   workspaces: section({
     root: Type.String({ default: path.join(os.tmpdir(), 'toolport-workspaces') }),

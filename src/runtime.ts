@@ -20,6 +20,9 @@ import { isInside } from './workspace-fs/paths.ts'
 import { quotaResolver, type TenantQuota } from './workspaces/quotas.ts'
 import { ToolRegistry } from './execution/registry.ts'
 import { WorkspaceStore } from './workspaces/store.ts'
+import { Peers } from './processes/peers.ts'
+import { ProcessLocator } from './processes/process-locator.ts'
+import { ProcessRecords } from './processes/process-records.ts'
 import { ProcessTable } from './processes/process-table.ts'
 import { DEFAULT_DENYLIST } from './sandbox/command-rules.ts'
 import type { CallTracing } from './execution/execute.ts'
@@ -58,6 +61,8 @@ export class Runtime implements ExecutionServices {
   readonly #options: RuntimeOptions
   /** Long-running processes (their tools and routes are on when `tools.builtin` globs match the process tools). */
   readonly processes: ProcessTable
+  /** Finds a workspace's processes on whichever instance sharing the root runs them. */
+  readonly processLocator: ProcessLocator
   /** What the tools run processes with until start-up has chosen the sandbox. */
   readonly #deferredRunner = new DeferredRunner(() => this.#chooseRunner())
   #executables: ExecutableSource | undefined
@@ -95,12 +100,17 @@ export class Runtime implements ExecutionServices {
     if (config.sandbox.mode !== 'none' && !config.sandbox.network) {
       this.#networks = new WorkspaceNetworks({ sharedByEveryCommand: (dir) => isInside(this.workspaces.root, dir) && !isInside(this.workspaces.ephemeralRoot, dir) })
     }
+    const records = new ProcessRecords(() => this.workspaces.root)
+    const self = config.server.advertise_url?.replace(/\/$/, '') ?? null
     this.processes = new ProcessTable({
       config: config.tools.processes,
       denylist: config.tools.exec_shell.denylist ?? DEFAULT_DENYLIST,
       runner: this.#deferredRunner,
       store: this.workspaces,
+      records,
+      self,
     })
+    this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(), self, keepEnded: config.tools.processes.keep_ended })
   }
 
   /** Fires when running calls must stop (the drain timeout of a shutdown ran out). */
@@ -116,7 +126,7 @@ export class Runtime implements ExecutionServices {
    */
   async start (): Promise<void> {
     await this.workspaces.init()
-    const builtins = builtinTools(this.config, this.#deferredRunner, this.processes)
+    const builtins = builtinTools(this.config, this.#deferredRunner, this.processLocator)
     // A workspace that goes takes its processes with it.
     if (builtins.some((tool) => tool.name === 'process_start')) this.workspaces.onRemoval((dir) => this.processes.endWorkspace(dir))
     // After the processes (registered first), so that the network goes once nothing runs in it.
@@ -232,6 +242,7 @@ export class Runtime implements ExecutionServices {
     await Promise.allSettled([...this.mcpServers.values()].map((source) => source.close()))
     await this.#closeMessages()
     await this.processes.close()
+    await this.processLocator.peers.close()
     this.#networks?.close()
     this.workspaces.close()
   }

@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import type { Logger } from 'pino'
 import { buildApp } from './app.ts'
-import { type Config, ConfigError, defaultConfig, loadConfigFile, withTokensFile } from './config.ts'
+import { type Config, ConfigError, defaultConfig, loadConfigFile, parseConfig, withTokensFile } from './config.ts'
 import { createLogger } from './logger.ts'
 import { tracingOptionsFrom } from './telemetry/options.ts'
 import type { Tracing, TracingOptions } from './telemetry/tracing.ts'
@@ -29,7 +29,7 @@ function fail (message: string): never {
 async function readConfig (): Promise<{ config: Config, file: string | undefined, tracing: TracingOptions | undefined }> {
   const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } }, strict: true })
   if (values.help) {
-    process.stdout.write('usage: toolport [--config FILE]\n  env: TOOLPORT_CONFIG=FILE, HOST (default 127.0.0.1), PORT (default 8080)\n')
+    process.stdout.write('usage: toolport [--config FILE]\n  env: TOOLPORT_CONFIG=FILE, HOST (default 127.0.0.1), PORT (default 8080), TOOLPORT_ADVERTISE_URL\n')
     process.exit(0)
   }
   const file = values.config ?? process.env['TOOLPORT_CONFIG'] ?? undefined
@@ -41,6 +41,15 @@ async function readConfig (): Promise<{ config: Config, file: string | undefined
     const port = Number(process.env['PORT'])
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`PORT: must be a port number, got ${JSON.stringify(process.env['PORT'])}`)
     config.server.port = port
+  }
+  // Kubernetes sets it from the pod's IP (the Downward API), which no config file can know.
+  const advertised = process.env['TOOLPORT_ADVERTISE_URL']
+  if (advertised) {
+    try {
+      config.server.advertise_url = parseConfig({ server: { advertise_url: advertised } }).server.advertise_url
+    } catch {
+      throw new ConfigError(`TOOLPORT_ADVERTISE_URL: must be this instance's http(s) URL without a path, got ${JSON.stringify(advertised)}`)
+    }
   }
   return { config, file, tracing: tracingOptionsFrom(process.env) }
 }

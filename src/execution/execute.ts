@@ -60,6 +60,10 @@ export interface Caller {
   log: Logger
   /** Fires when the client goes away. */
   signal: AbortSignal
+  /** The caller's own credentials (its Authorization header), passed on when a call is forwarded to another instance. */
+  credentials?: string | undefined
+  /** Another instance forwarded the call here: it is answered here, never forwarded again. */
+  forwarded?: boolean
 }
 
 export interface ToolCall {
@@ -171,6 +175,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           log: caller.log,
           requestId: caller.requestId,
           tenant: caller.tenant,
+          credentials: caller.credentials,
+          forwarded: caller.forwarded === true,
           quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
           markTruncated: () => { cutByTool = true },
         }).finally(() => {

@@ -52,6 +52,10 @@ export interface ToolContext {
   log: Logger
   requestId: string
   tenant: string
+  /** The caller's own credentials, for a call forwarded to the instance that runs a process (processes/peers.ts). */
+  credentials?: string | undefined
+  /** Another instance forwarded this call here: it is answered from this instance's processes only. */
+  forwarded?: boolean
   /** The workspace's byte quota: writes ask it first. Absent means unlimited (direct calls in tests). */
   quota?: WorkspaceQuota
   /** A tool that cut its own result to fit (command output, a file's line) says so: the answer's `truncated` turns true. */

@@ -5,6 +5,12 @@ import { type Caller, execute, type Outcome, type ToolCall } from '../execution/
 import type { Runtime } from '../runtime.ts'
 import { WorkspaceScope } from '../workspaces/scope.ts'
 import { holdsIdempotencyKey } from './plugins/idempotency.ts'
+import { FORWARDED_HEADER } from '../processes/peers.ts'
+
+/** Another instance sent this request on: it is answered here, never sent on again. */
+export function isForwarded (request: FastifyRequest): boolean {
+  return request.headers[FORWARDED_HEADER] === '1'
+}
 
 export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller {
   const controller = new AbortController()
@@ -17,6 +23,8 @@ export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller 
     requestId: request.id,
     log: request.log as Logger,
     signal: controller.signal,
+    credentials: request.headers.authorization,
+    forwarded: isForwarded(request),
   }
 }
 

@@ -20,12 +20,12 @@ export type ProcessState = 'running' | 'exited' | 'killed' | 'timed_out'
 export const KILL_SIGNALS = ['TERM', 'KILL', 'INT', 'HUP'] as const
 export type KillSignal = typeof KILL_SIGNALS[number]
 
-/** The process object of the contract. */
+/** The process object of the contract (`lost`: its instance went away). */
 export interface ProcessInfo {
   id: string
   workspace: string | null
   command: string
-  state: ProcessState
+  state: ProcessState | 'lost'
   exit_code: number | null
   signal: KillSignal | null
   started_at: string

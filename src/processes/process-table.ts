@@ -20,6 +20,7 @@ let execaModule: Promise<typeof import('execa')> | undefined
 /** execa is loaded on the first start: its many modules would otherwise cost every service start-up. */
 const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
 import { ManagedProcess } from './managed-process.ts'
+import type { ProcessRecords } from './process-records.ts'
 
 export interface StartRequest {
   command: string
@@ -41,6 +42,10 @@ export interface ProcessTableOptions {
   denylist: readonly string[]
   runner: ProcessRunner
   store: WorkspaceStore
+  /** Where each persistent workspace's processes are recorded with the instance that runs them. */
+  records: ProcessRecords
+  /** This instance's `server.advertise_url`, written in those records. */
+  self: string | null
 }
 
 export class ProcessTable {
@@ -89,11 +94,12 @@ export class ProcessTable {
         onEnd: () => {
           endChange({ rescan: place.id !== null })
           void lease?.release()
-          this.#evictEnded(dir)
+          this.#evictEnded(dir, place)
         },
       })
       const table = this.#byWorkspace.get(dir) ?? new Map<string, ManagedProcess>()
       this.#byWorkspace.set(dir, table.set(started.id, started))
+      if (place.id !== null) await this.#record(place.tenant, place.id, started)
       return started
     } catch (error) {
       await lease?.release()
@@ -101,11 +107,9 @@ export class ProcessTable {
     }
   }
 
-  /** A process of the workspace at `dir`; NotFound when there is none by that id (or it was evicted). */
-  get (dir: string, id: string): ManagedProcess {
-    const found = this.#byWorkspace.get(dir)?.get(id)
-    if (!found) throw new ToolError('NotFound', `no process ${JSON.stringify(id)} in this workspace`)
-    return found
+  /** A process of the workspace at `dir` that this instance runs (or ran, and still keeps). */
+  find (dir: string, id: string): ManagedProcess | undefined {
+    return this.#byWorkspace.get(dir)?.get(id)
   }
 
   /** The running processes and the last `keep_ended` ended ones, oldest first. */
@@ -139,12 +143,30 @@ export class ProcessTable {
     else this.#starting.delete(dir)
   }
 
-  /** Forgets the oldest ended processes beyond keep_ended. */
-  #evictEnded (dir: string): void {
+  /**
+   * Records which instance runs a persistent workspace's process, before
+   * its start is answered: any instance asked about it next finds it. A
+   * process that cannot be recorded is stopped.
+   */
+  async #record (tenant: string, workspace: string, started: ManagedProcess): Promise<void> {
+    const { id, command } = started
+    try {
+      await this.#options.records.write(tenant, { id, workspace, command, started_at: started.startedAt.toISOString(), owner: this.#options.self })
+    } catch (error) {
+      await started.kill('KILL')
+      throw error
+    }
+  }
+
+  /** Forgets the oldest ended processes beyond keep_ended, with their records. */
+  #evictEnded (dir: string, place: ProcessPlace): void {
     const table = this.#byWorkspace.get(dir)
     if (!table) return
     const ended = [...table.values()].filter((each) => !each.running)
-    for (const old of ended.slice(0, Math.max(0, ended.length - this.#options.config.keep_ended))) table.delete(old.id)
+    for (const old of ended.slice(0, Math.max(0, ended.length - this.#options.config.keep_ended))) {
+      table.delete(old.id)
+      if (place.id !== null) this.#options.records.remove(place.tenant, place.id, old.id).catch(() => {})
+    }
   }
 
   * #all (): Iterable<ManagedProcess> {

@@ -17,7 +17,7 @@ import { createMessageTool } from './message.ts'
 import { bashTool, editTool, readTool, writeTool } from './omega/index.ts'
 import { readFileTool } from './read-file.ts'
 import { createProcessTools } from './process-tools.ts'
-import type { ProcessTable } from '../processes/process-table.ts'
+import type { ProcessLocator } from '../processes/process-locator.ts'
 import { createSpawnTool } from './spawn.ts'
 import { createWebFetchTool } from './web-fetch.ts'
 import { createWebSearchTool } from './web-search.ts'
@@ -51,7 +51,7 @@ function omegaTools (runner: ProcessRunner): AnyTool[] {
  * The enabled built-ins (without `message`, which registers last). The
  * process tools are never in the default set: globs must choose them.
  */
-export function builtinTools (config: Config, runner: ProcessRunner, processes?: ProcessTable): AnyTool[] {
+export function builtinTools (config: Config, runner: ProcessRunner, processes?: ProcessLocator): AnyTool[] {
   const globs = config.tools.builtin
   if (globs === undefined) return clawftTools(config, runner)
   const enabled = globMatcher(globs)

@@ -11,7 +11,7 @@ import { defineBuiltin } from '../execution/define.ts'
 import type { AnyTool, ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { KILL_SIGNALS, type ManagedProcess } from '../processes/managed-process.ts'
-import type { ProcessTable } from '../processes/process-table.ts'
+import { type Asker, lostInfo, type ProcessLocator } from '../processes/process-locator.ts'
 
 export const PROCESS_TOOL_NAMES = ['process_start', 'process_output', 'process_input', 'process_kill', 'process_list'] as const
 
@@ -67,10 +67,30 @@ function outputResult (process: ManagedProcess, after: number | undefined, ctx: 
   }
 }
 
-export function createProcessTools (table: ProcessTable): AnyTool[] {
-  const find = (args: { process_id: string }, ctx: ToolContext): ManagedProcess => {
+function askerOf (ctx: ToolContext): Asker {
+  return { tenant: ctx.tenant, workspace: ctx.workspaceId, dir: ctx.workspaceDir, credentials: ctx.credentials, forwarded: ctx.forwarded === true, requestId: ctx.requestId, signal: ctx.signal }
+}
+
+export function createProcessTools (locator: ProcessLocator): AnyTool[] {
+  const table = locator.table
+  /**
+   * Runs `here` on a process this instance runs; a process another instance
+   * runs gets the same call there; a lost one answers as ended, with no output.
+   */
+  const onProcess = async <R>(name: string, args: { process_id: string, after?: number }, ctx: ToolContext, here: (process: ManagedProcess) => Promise<R>): Promise<R | OutputResultType> => {
     ensureLasting(ctx)
-    return table.get(ctx.workspaceDir, args.process_id)
+    const located = await locator.locate(askerOf(ctx), args.process_id)
+    if (located.where === 'here') return await here(located.process)
+    if (located.where === 'elsewhere') {
+      const answer = await locator.callTool(located.owner, name, args, { ...askerOf(ctx), maxResultBytes: ctx.maxResultBytes })
+      if (answer) {
+        if (answer.truncated) ctx.markTruncated?.()
+        return answer.result as R
+      }
+    }
+    if (name === 'process_input') throw new ToolError('Conflict', `process ${args.process_id} was lost: the instance that ran it is gone`)
+    const info = lostInfo(located.record)
+    return { process_id: info.id, state: info.state, exit_code: null, output: '', next: args.after ?? 0, dropped_bytes: 0 }
   }
   return [
     defineBuiltin({
@@ -103,12 +123,11 @@ export function createProcessTools (table: ProcessTable): AnyTool[] {
       }),
       outputSchema: OutputResult,
       annotations: readOnly,
-      async execute (args, ctx) {
-        const process = find(args, ctx)
+      execute: (args, ctx) => onProcess('process_output', args, ctx, async (process) => {
         const after = args.after ?? process.toolCursor
         if (after >= process.output.end) await process.waitForChange(args.wait_ms ?? 0, ctx.signal)
         return outputResult(process, after, ctx)
-      },
+      }),
     }),
     defineBuiltin({
       name: 'process_input',
@@ -121,12 +140,11 @@ export function createProcessTools (table: ProcessTable): AnyTool[] {
       }),
       outputSchema: OutputResult,
       annotations: changing,
-      async execute (args, ctx) {
-        const process = find(args, ctx)
+      execute: (args, ctx) => onProcess('process_input', args, ctx, async (process) => {
         process.input(args.input, args.eof === true)
         if (process.toolCursor >= process.output.end) await process.waitForChange(args.wait_ms ?? 1000, ctx.signal)
         return outputResult(process, undefined, ctx)
-      },
+      }),
     }),
     defineBuiltin({
       name: 'process_kill',
@@ -137,11 +155,10 @@ export function createProcessTools (table: ProcessTable): AnyTool[] {
       }),
       outputSchema: OutputResult,
       annotations: changing,
-      async execute (args, ctx) {
-        const process = find(args, ctx)
+      execute: (args, ctx) => onProcess('process_kill', args, ctx, async (process) => {
         await process.kill(args.signal ?? 'TERM')
         return outputResult(process, undefined, ctx)
-      },
+      }),
     }),
     defineBuiltin({
       name: 'process_list',
@@ -159,12 +176,8 @@ export function createProcessTools (table: ProcessTable): AnyTool[] {
       annotations: readOnly,
       async execute (_args, ctx) {
         ensureLasting(ctx)
-        return {
-          processes: table.list(ctx.workspaceDir).map((each) => {
-            const info = each.info()
-            return { process_id: info.id, command: info.command, state: info.state, exit_code: info.exit_code, started_at: info.started_at }
-          }),
-        }
+        const processes = await locator.list(askerOf(ctx))
+        return { processes: processes.map((info) => ({ process_id: info.id, command: info.command, state: info.state, exit_code: info.exit_code, started_at: info.started_at })) }
       },
     }),
   ]

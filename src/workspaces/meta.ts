@@ -5,6 +5,7 @@
  *
  *   <root>/tenants/<tenant>/ws/<id>/        the workspace
  *   <root>/tenants/<tenant>/meta/<id>.json  {tenant, id, createdAt, expiresAt, ttlSeconds}
+ *   <root>/tenants/<tenant>/processes/<id>/ which instance runs each of its processes (processes/process-records.ts)
  *   <root>/trash/<uuid>/                    a deleted workspace, until its files are gone (workspace-trash.ts)
  *
  * A metadata file is claimed with an exclusive create, so two instances
@@ -44,6 +45,11 @@ export class WorkspaceLayout {
   /** Where archive uploads are unpacked before they move into their workspace. */
   get stagingDir (): string {
     return path.join(this.root, 'staging')
+  }
+
+  /** The records of a workspace's processes: one file per process, naming the instance that runs it. */
+  processesDir (tenant: string, id: string): string {
+    return path.join(this.#tenantDir(tenant), 'processes', directoryNameOf(id))
   }
 
   metaFile (tenant: string, id: string): string {
@@ -90,6 +96,7 @@ export class WorkspaceLayout {
   async remove (tenant: string, id: string): Promise<void> {
     await moveToTrash(this.workspaceDir(tenant, id), this.trashDir)
     await rm(this.metaFile(tenant, id), { force: true })
+    await rm(this.processesDir(tenant, id), { recursive: true, force: true })
   }
 
   /** How many workspaces a tenant has on disk. */

@@ -26,10 +26,10 @@ export interface RunningServer {
   exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
 }
 
-/** Starts `node dist/src/server.js` with a config file (object → JSON), HOST and PORT. */
+/** Starts `node dist/src/server.js` with a config file (object → JSON), HOST and PORT (`env.PORT`, or a free one). */
 export async function startServer (config: Record<string, unknown> | null, env: Record<string, string> = {}): Promise<RunningServer> {
   const dir = await tempDir('toolport-e2e-')
-  const port = await freePort()
+  const port = env['PORT'] === undefined ? await freePort() : Number(env['PORT'])
   const file = path.join(dir, 'toolport.json')
   const fullConfig = config === null ? null : { workspaces: { root: path.join(dir, 'workspaces') }, ...config }
   if (fullConfig) await writeFile(file, JSON.stringify(fullConfig))

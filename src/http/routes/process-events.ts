@@ -8,7 +8,7 @@
  */
 import { once } from 'node:events'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { ManagedProcess } from '../../processes/managed-process.ts'
+import type { ManagedProcess, ProcessInfo } from '../../processes/managed-process.ts'
 
 const KEEPALIVE_MS = 15_000
 
@@ -24,15 +24,28 @@ export function eventsCursor (request: FastifyRequest, after: number): number {
   return last !== undefined && Number.isSafeInteger(value) && value >= 0 ? value : after
 }
 
-export async function streamOutput (request: FastifyRequest, reply: FastifyReply, process: ManagedProcess, from: number, maxBytes: number): Promise<void> {
+/** The event stream of a process that has no output to give (it was lost): only its `end` event. */
+export function endStream (request: FastifyRequest, reply: FastifyReply, info: ProcessInfo): void {
   reply.hijack()
-  const raw = reply.raw
-  raw.writeHead(200, {
+  reply.raw.writeHead(200, eventStreamHeaders(request))
+  reply.raw.end(endEvent(info))
+}
+
+function eventStreamHeaders (request: FastifyRequest): Record<string, string> {
+  return {
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-cache',
     'x-accel-buffering': 'no',
     'x-request-id': request.id,
-  })
+  }
+}
+
+const endEvent = (info: ProcessInfo): string => `event: end\ndata: ${JSON.stringify(info)}\n\n`
+
+export async function streamOutput (request: FastifyRequest, reply: FastifyReply, process: ManagedProcess, from: number, maxBytes: number): Promise<void> {
+  reply.hijack()
+  const raw = reply.raw
+  raw.writeHead(200, eventStreamHeaders(request))
   const gone = new AbortController()
   raw.once('close', () => gone.abort())
   const send = async (text: string): Promise<void> => {
@@ -49,7 +62,7 @@ export async function streamOutput (request: FastifyRequest, reply: FastifyReply
     }
     cursor = read.next
     if (!process.running) {
-      raw.end(`event: end\ndata: ${JSON.stringify(process.info())}\n\n`)
+      raw.end(endEvent(process.info()))
       return
     }
     await process.waitForChange(KEEPALIVE_MS, gone.signal)

@@ -6,13 +6,16 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ToolError } from '../../errors.ts'
-import { KILL_SIGNALS, type ManagedProcess } from '../../processes/managed-process.ts'
+import { KILL_SIGNALS, type ManagedProcess, type ProcessInfo } from '../../processes/managed-process.ts'
+import { type Asker, lostInfo } from '../../processes/process-locator.ts'
 import type { Runtime } from '../../runtime.ts'
+import { isForwarded } from '../caller.ts'
 import { installJsonBody } from '../plugins/json-body.ts'
 import { problems } from '../schemas.ts'
-import { eventsCursor, streamOutput, wantsEvents } from './process-events.ts'
+import { endStream, eventsCursor, streamOutput, wantsEvents } from './process-events.ts'
+import { relay } from './process-relay.ts'
 
 const MAX_WAIT_MS = 30_000
 const Nullable = <T extends ReturnType<typeof Type.String> | ReturnType<typeof Type.Integer>>(schema: T) => Type.Union([schema, Type.Null()])
@@ -71,6 +74,7 @@ function numbers (query: Record<string, string | undefined>): Record<string, num
 
 export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   const table = runtime.processes
+  const locator = runtime.processLocator
   // kill and input may come without a body: all their members are optional.
   installJsonBody(app, () => ({}))
 
@@ -79,10 +83,22 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (!runtime.registry.get(name)) throw new ToolError('NotFound', 'processes are off here: tools.builtin does not choose the process tools')
     if (!request.principal.scope(name)) throw new ToolError('PermissionDenied', `this token's allowed tools do not include ${name}`)
   }
-  const find = async (request: FastifyRequest, name: string, params: { id: string, pid: string }): Promise<ManagedProcess> => {
+  const askerOf = async (request: FastifyRequest, id: string): Promise<Asker> => {
+    const workspace = await runtime.workspaces.find(request.principal.tenant, id)
+    return { tenant: request.principal.tenant, workspace: id, dir: workspace.dir, credentials: request.headers.authorization, forwarded: isForwarded(request), requestId: request.id }
+  }
+  /**
+   * Answers a request about one process: `here` when this instance runs it;
+   * forwarded to the instance that runs it, and its answer passed on; `lost`
+   * (with the process object) when that instance is gone or no longer knows it.
+   */
+  const onProcess = async <R>(request: FastifyRequest, reply: FastifyReply, name: string, here: (process: ManagedProcess) => R | Promise<R>, lost: (info: ProcessInfo) => R | Promise<R>): Promise<R | undefined> => {
     allow(request, name)
-    const workspace = await runtime.workspaces.find(request.principal.tenant, params.id)
-    return table.get(workspace.dir, params.pid)
+    const { id, pid } = request.params as { id: string, pid: string }
+    const located = await locator.locate(await askerOf(request, id), pid)
+    if (located.where === 'here') return await here(located.process)
+    if (located.where === 'elsewhere' && await relay(locator.peers, located.owner, request, reply)) return undefined
+    return await lost(lostInfo(located.record))
   }
 
   app.post('/v1/workspaces/:id/processes', {
@@ -98,13 +114,12 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     schema: { summary: 'The running processes and the last ended ones, oldest first', tags, params: WorkspaceParams, response: { 200: Type.Object({ processes: Type.Array(ProcessObject) }), ...problems(400, 401, 403, 404) } },
   }, async (request) => {
     allow(request, 'process_list')
-    const workspace = await runtime.workspaces.find(request.principal.tenant, request.params.id)
-    return { processes: table.list(workspace.dir).map((each) => each.info()) }
+    return { processes: await locator.list(await askerOf(request, request.params.id)) }
   })
 
   app.get('/v1/workspaces/:id/processes/:pid', {
     schema: { summary: 'One process', tags, params: ProcessParams, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
-  }, async (request) => (await find(request, 'process_output', request.params)).info())
+  }, (request, reply) => onProcess(request, reply, 'process_output', (found) => found.info(), (info) => info))
 
   app.get('/v1/workspaces/:id/processes/:pid/output', {
     schema: {
@@ -115,34 +130,34 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       response: { 200: Output, ...problems(400, 401, 403, 404) },
     },
   }, async (request, reply) => {
-    const found = await find(request, 'process_output', request.params)
     const { after = 0, wait_ms: waitMs = 0, max_bytes: askedBytes = runtime.maxResultBytes } = numbers(request.query)
     if (waitMs > MAX_WAIT_MS) throw new ToolError('BadRequest', `wait_ms must be at most ${MAX_WAIT_MS}`)
     if (askedBytes < 1) throw new ToolError('BadRequest', 'max_bytes must be at least 1')
     const maxBytes = Math.min(askedBytes, runtime.maxResultBytes)
-    if (wantsEvents(request)) return streamOutput(request, reply, found, eventsCursor(request, after), maxBytes)
-    if (after >= found.output.end) {
-      const left = new AbortController()
-      reply.raw.once('close', () => left.abort())
-      await found.waitForChange(waitMs, left.signal)
-    }
-    const read = found.output.read(after, maxBytes)
-    return { process: found.info(), chunks: read.chunks, next: read.next, dropped_bytes: read.dropped }
+    const from = eventsCursor(request, after)
+    return await onProcess(request, reply, 'process_output', async (found) => {
+      if (wantsEvents(request)) return await streamOutput(request, reply, found, from, maxBytes)
+      if (after >= found.output.end) {
+        const left = new AbortController()
+        reply.raw.once('close', () => left.abort())
+        await found.waitForChange(waitMs, left.signal)
+      }
+      const read = found.output.read(after, maxBytes)
+      return { process: found.info(), chunks: read.chunks, next: read.next, dropped_bytes: read.dropped }
+    }, (info) => wantsEvents(request) ? endStream(request, reply, info) : { process: info, chunks: [], next: after, dropped_bytes: 0 })
   })
 
   app.post('/v1/workspaces/:id/processes/:pid/input', {
     schema: { summary: 'Write to stdin, or close it', tags, params: ProcessParams, body: InputBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404, 409) } },
-  }, async (request) => {
-    const found = await find(request, 'process_input', request.params)
+  }, (request, reply) => onProcess(request, reply, 'process_input', (found) => {
     found.input(request.body.data, request.body.eof === true)
     return found.info()
-  })
+  }, () => { throw new ToolError('Conflict', `process ${request.params.pid} was lost: the instance that ran it is gone`) }))
 
   app.post('/v1/workspaces/:id/processes/:pid/kill', {
     schema: { summary: 'Stop a process and its whole tree; answers once it has ended', tags, params: ProcessParams, body: KillBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
-  }, async (request) => {
-    const found = await find(request, 'process_kill', request.params)
+  }, (request, reply) => onProcess(request, reply, 'process_kill', async (found) => {
     await found.kill(request.body.signal ?? 'TERM')
     return found.info()
-  })
+  }, (info) => info))
 }

@@ -1,0 +1,50 @@
+/**
+ * A request about a process that another instance runs, passed on to that
+ * instance as the caller sent it (with the caller's credentials), and its
+ * answer passed back as it comes, an event stream included.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { KILL_GRACE_MS } from '../../processes/managed-process.ts'
+import { OwnerGone, type Peers } from '../../processes/peers.ts'
+import { wantsEvents } from './process-events.ts'
+
+/**
+ * Relays `request` to the instance at `owner` and answers with what it
+ * answered. False, with nothing sent, when that instance does not answer or
+ * does not know the process (it was restarted): the process is lost.
+ */
+export async function relay (peers: Peers, owner: string, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
+  const left = new AbortController()
+  reply.raw.once('close', () => { if (!reply.raw.writableFinished) left.abort() })
+  const query = request.query as Record<string, string | undefined>
+  const lastEventId = request.headers['last-event-id']
+  const events = wantsEvents(request)
+  let answer
+  try {
+    answer = await peers.send(owner, {
+      method: request.method === 'POST' ? 'POST' : 'GET',
+      path: request.url,
+      credentials: request.headers.authorization,
+      body: request.method === 'POST' ? request.body : undefined,
+      accept: request.headers.accept,
+      lastEventId: Array.isArray(lastEventId) ? lastEventId[0] : lastEventId,
+      requestId: request.id,
+      // A long-poll waits as long as it asked; a kill waits for the process to end.
+      waitMs: Number(query['wait_ms'] ?? 0) + KILL_GRACE_MS,
+      stream: events,
+      signal: left.signal,
+    })
+  } catch (error) {
+    if (error instanceof OwnerGone) return false
+    throw error
+  }
+  if (answer.status === 404) {
+    await answer.body.dump()
+    return false
+  }
+  reply.code(answer.status)
+  if (answer.contentType !== undefined) reply.header('content-type', answer.contentType)
+  if (events) reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
+  await reply.send(answer.body)
+  return true
+}

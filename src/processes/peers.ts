@@ -1,0 +1,115 @@
+/**
+ * Requests to the other instances that share the workspace root. A request
+ * about a process that another instance runs goes to that instance, with
+ * the caller's own credentials, in bounded time, and marked as forwarded, so
+ * that it is answered there and never sent on again. An instance that does
+ * not answer in time (refused, unreachable, silent) is `OwnerGone`: its
+ * processes are lost.
+ */
+import type { Readable } from 'node:stream'
+import type { Agent } from 'undici'
+import { ToolError, isErrorCode } from '../errors.ts'
+
+/** Marks a forwarded request: its instance answers from its own processes only. */
+export const FORWARDED_HEADER = 'toolport-forwarded'
+/** How long connecting to another instance may take. */
+const CONNECT_MS = 2000
+/** How long another instance may take to begin its answer, beyond what the request asked it to wait. */
+const ANSWER_MS = 10_000
+/** How long a forwarded event stream may stay silent (its instance sends a comment every 15 s). */
+const STREAM_IDLE_MS = 45_000
+
+export class OwnerGone extends Error {
+  constructor (owner: string, options: { cause?: unknown } = {}) {
+    super(`the instance at ${owner} does not answer`, options)
+  }
+}
+
+export interface PeerRequest {
+  method: 'GET' | 'POST'
+  /** The path and query string, as the caller sent them. */
+  path: string
+  /** The caller's Authorization header, passed on as it came. */
+  credentials?: string | undefined
+  body?: unknown
+  accept?: string | undefined
+  lastEventId?: string | undefined
+  requestId?: string | undefined
+  /** How long the request asks the other instance to wait (a long-poll, a kill's grace), in ms. */
+  waitMs?: number
+  /** The answer is an event stream: silence is bounded, not its length. */
+  stream?: boolean
+  signal?: AbortSignal | undefined
+}
+
+export interface PeerAnswer {
+  status: number
+  contentType: string | undefined
+  body: Readable & { json: () => Promise<unknown>, dump: () => Promise<void> }
+}
+
+export class Peers {
+  #agent: Promise<{ agent: Agent, request: typeof import('undici').request }> | undefined
+
+  /** Sends `request` to the instance at `owner`; OwnerGone when it does not answer. */
+  async send (owner: string, request: PeerRequest): Promise<PeerAnswer> {
+    const { agent, request: send } = await this.#undici()
+    const headers: Record<string, string> = { [FORWARDED_HEADER]: '1' }
+    if (request.credentials !== undefined) headers['authorization'] = request.credentials
+    if (request.accept !== undefined) headers['accept'] = request.accept
+    if (request.lastEventId !== undefined) headers['last-event-id'] = request.lastEventId
+    if (request.requestId !== undefined) headers['x-request-id'] = request.requestId
+    if (request.body !== undefined) headers['content-type'] = 'application/json'
+    const answerMs = (request.waitMs ?? 0) + ANSWER_MS
+    try {
+      const answer = await send(new URL(request.path, owner), {
+        method: request.method,
+        headers,
+        body: request.body === undefined ? undefined : JSON.stringify(request.body),
+        dispatcher: agent,
+        headersTimeout: answerMs,
+        bodyTimeout: request.stream === true ? STREAM_IDLE_MS : answerMs,
+        signal: request.signal,
+      })
+      const type = answer.headers['content-type']
+      return { status: answer.statusCode, contentType: Array.isArray(type) ? type[0] : type, body: answer.body }
+    } catch (error) {
+      if (request.signal?.aborted === true) throw error
+      throw new OwnerGone(owner, { cause: error })
+    }
+  }
+
+  /** Sends `request` and reads a JSON answer: the body of a 2xx, or the ToolError its problem names. */
+  async json (owner: string, request: PeerRequest): Promise<unknown> {
+    const answer = await this.send(owner, request)
+    let body: unknown
+    try {
+      body = await answer.body.json()
+    } catch (error) {
+      throw new OwnerGone(owner, { cause: error })
+    }
+    if (answer.status < 300) return body
+    throw problemAsError(body, answer.status)
+  }
+
+  async close (): Promise<void> {
+    const loaded = this.#agent
+    this.#agent = undefined
+    if (loaded) await (await loaded).agent.close()
+  }
+
+  #undici (): Promise<{ agent: Agent, request: typeof import('undici').request }> {
+    // undici is loaded by the first forward: a single instance never needs it.
+    this.#agent ??= import('undici').then(({ Agent, request }) => ({ agent: new Agent({ connect: { timeout: CONNECT_MS } }), request }))
+    return this.#agent
+  }
+}
+
+/** The error another instance answered, as the same ToolError here. */
+function problemAsError (body: unknown, status: number): ToolError {
+  const problem = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>
+  const code = isErrorCode(problem['code']) ? problem['code'] : 'ExecutionFailed'
+  const detail = typeof problem['detail'] === 'string' ? problem['detail'] : `another instance answered ${status}`
+  const { type: _type, title: _title, status: _status, detail: _detail, code: _code, request_id: _id, tool: _tool, ...extra } = problem
+  return new ToolError(code, detail, { extra })
+}

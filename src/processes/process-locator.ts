@@ -1,0 +1,152 @@
+/**
+ * A persistent workspace's processes wherever they run: here (the process
+ * table), at another instance sharing the workspace root (found by its
+ * record, reached by forwarding), or nowhere any more: `lost`, when the
+ * instance that ran it does not answer, or answers that it does not know it
+ * (it was restarted).
+ */
+import { ToolError } from '../errors.ts'
+import { KILL_GRACE_MS, type ManagedProcess, type ProcessInfo } from './managed-process.ts'
+import { OwnerGone, type Peers } from './peers.ts'
+import type { ProcessRecord, ProcessRecords } from './process-records.ts'
+import type { ProcessTable } from './process-table.ts'
+
+export type Located =
+  | { where: 'here', process: ManagedProcess }
+  | { where: 'elsewhere', owner: string, record: ProcessRecord }
+  | { where: 'lost', record: ProcessRecord }
+
+/** Who asks, about which workspace. */
+export interface Asker {
+  tenant: string
+  /** The persistent workspace's id; null for an MCP session's own, whose processes are always here. */
+  workspace: string | null
+  /** Its directory. */
+  dir: string
+  /** The caller's Authorization header, for a request forwarded to another instance. */
+  credentials?: string | undefined
+  /** The request was forwarded here by another instance: only this instance's processes count. */
+  forwarded?: boolean
+  requestId?: string
+  signal?: AbortSignal
+}
+
+export interface ProcessLocatorOptions {
+  table: ProcessTable
+  records: ProcessRecords
+  peers: Peers
+  /** This instance's `server.advertise_url`, if it has one. */
+  self: string | null
+  keepEnded: number
+}
+
+/** What a lost process looks like: its record, and nothing known of how it ended. */
+export function lostInfo (record: ProcessRecord): ProcessInfo {
+  return { id: record.id, workspace: record.workspace, command: record.command, state: 'lost', exit_code: null, signal: null, started_at: record.started_at, ended_at: null, next: 0 }
+}
+
+export class ProcessLocator {
+  readonly #options: ProcessLocatorOptions
+
+  constructor (options: ProcessLocatorOptions) {
+    this.#options = options
+  }
+
+  /** The processes this instance runs. */
+  get table (): ProcessTable {
+    return this.#options.table
+  }
+
+  get peers (): Peers {
+    return this.#options.peers
+  }
+
+  /** Where process `id` of the asker's workspace runs; NotFound when it is known nowhere. */
+  async locate (asker: Asker, id: string): Promise<Located> {
+    const here = this.#options.table.find(asker.dir, id)
+    if (here) return { where: 'here', process: here }
+    const record = asker.workspace === null || asker.forwarded === true ? null : await this.#options.records.read(asker.tenant, asker.workspace, id)
+    if (!record) throw new ToolError('NotFound', `no process ${JSON.stringify(id)} in this workspace`)
+    const owner = this.#ownerOf(record)
+    return owner === null ? { where: 'lost', record } : { where: 'elsewhere', owner, record }
+  }
+
+  /** The workspace's processes on every instance, oldest first: the running ones and the last ended ones. */
+  async list (asker: Asker): Promise<ProcessInfo[]> {
+    const here = this.#options.table.list(asker.dir).map((each) => each.info())
+    if (asker.workspace === null || asker.forwarded === true) return here
+    const known = new Set(here.map((each) => each.id))
+    const byOwner = new Map<string | null, ProcessRecord[]>()
+    for (const record of await this.#options.records.list(asker.tenant, asker.workspace)) {
+      if (known.has(record.id)) continue
+      const owner = this.#ownerOf(record)
+      byOwner.set(owner, [...byOwner.get(owner) ?? [], record])
+    }
+    const lost: ProcessRecord[] = []
+    const away: ProcessInfo[] = []
+    await Promise.all([...byOwner].map(async ([owner, records]) => {
+      const theirs = owner === null ? new Map<string, ProcessInfo>() : await this.#listAt(owner, asker)
+      for (const record of records) {
+        const info = theirs.get(record.id)
+        if (info) away.push(info)
+        else lost.push(record)
+      }
+    }))
+    return [...here, ...away, ...this.#keptLost(asker, lost).map(lostInfo)].sort((a, b) => a.started_at.localeCompare(b.started_at))
+  }
+
+  /**
+   * Runs process tool `name` at the instance that runs the process, as the
+   * caller; undefined when that instance is gone or no longer knows it.
+   */
+  async callTool (owner: string, name: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
+    const waitMs = typeof args['wait_ms'] === 'number' ? args['wait_ms'] : 1000
+    try {
+      const answer = await this.#options.peers.json(owner, {
+        method: 'POST',
+        path: `/v1/tools/${encodeURIComponent(name)}/execute`,
+        body: { arguments: args, workspace: asker.workspace, max_result_bytes: asker.maxResultBytes },
+        credentials: asker.credentials,
+        requestId: asker.requestId,
+        signal: asker.signal,
+        waitMs: waitMs + KILL_GRACE_MS,
+      }) as { result?: unknown, truncated?: unknown }
+      return { result: answer.result, truncated: answer.truncated === true }
+    } catch (error) {
+      if (error instanceof OwnerGone || (error instanceof ToolError && error.code === 'NotFound')) return undefined
+      throw error
+    }
+  }
+
+  /** The instance to ask about a record's process: null when none can know it (it ran here, or where no one can reach). */
+  #ownerOf (record: ProcessRecord): string | null {
+    return record.owner !== null && record.owner !== this.#options.self ? record.owner : null
+  }
+
+  /** The processes another instance runs in the asker's workspace, by id; none when it does not answer. */
+  async #listAt (owner: string, asker: Asker): Promise<Map<string, ProcessInfo>> {
+    try {
+      const answer = await this.#options.peers.json(owner, {
+        method: 'GET',
+        path: `/v1/workspaces/${encodeURIComponent(asker.workspace ?? '')}/processes`,
+        credentials: asker.credentials,
+        requestId: asker.requestId,
+        signal: asker.signal,
+      }) as { processes?: unknown }
+      const processes = Array.isArray(answer.processes) ? answer.processes as ProcessInfo[] : []
+      return new Map(processes.filter((each) => typeof each?.id === 'string').map((each) => [each.id, each]))
+    } catch (error) {
+      if (error instanceof OwnerGone || (error instanceof ToolError && error.code === 'NotFound')) return new Map()
+      throw error
+    }
+  }
+
+  /** Lost processes count as ended ones: beyond `keep_ended`, the oldest records are removed. */
+  #keptLost (asker: Asker, lost: ProcessRecord[]): ProcessRecord[] {
+    const { keepEnded, records } = this.#options
+    lost.sort((a, b) => a.started_at.localeCompare(b.started_at))
+    const gone = lost.splice(0, Math.max(0, lost.length - keepEnded))
+    for (const record of gone) records.remove(asker.tenant, record.workspace, record.id).catch(() => {})
+    return lost
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * Which instance runs each process of a persistent workspace, kept on the
+ * shared workspace root so that every instance can find out: one small file
+ * per process, `<root>/tenants/<tenant>/processes/<workspace>/<id>.json`,
+ * written before the process starts and removed when it is forgotten (or
+ * with its workspace). A record whose instance no longer knows the process
+ * stands for a `lost` one.
+ */
+import { randomUUID } from 'node:crypto'
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { WorkspaceLayout } from '../workspaces/meta.ts'
+
+export interface ProcessRecord {
+  id: string
+  workspace: string
+  command: string
+  started_at: string
+  /** The `server.advertise_url` of the instance that runs it; null when that instance has none. */
+  owner: string | null
+}
+
+/** The form of the ids the process table gives: anything else names no process (and never a path). */
+const PROCESS_ID = /^p_[0-9a-f]{12}$/
+
+export function isProcessId (id: string): boolean {
+  return PROCESS_ID.test(id)
+}
+
+export class ProcessRecords {
+  readonly #root: () => string
+  #layout: WorkspaceLayout | undefined
+
+  /** `root`: the canonical workspace root, known once the store has started. */
+  constructor (root: () => string) {
+    this.#root = root
+  }
+
+  /** Writes a record whole (a reader never sees half of one). */
+  async write (tenant: string, record: ProcessRecord): Promise<void> {
+    const dir = this.#dir(tenant, record.workspace)
+    await mkdir(dir, { recursive: true })
+    const file = path.join(dir, `${record.id}.json`)
+    const temp = `${file}.${randomUUID()}.tmp`
+    await writeFile(temp, JSON.stringify(record))
+    await rename(temp, file)
+  }
+
+  /** The record of process `id`, or null when there is none (or `id` is not a process id). */
+  async read (tenant: string, workspace: string, id: string): Promise<ProcessRecord | null> {
+    if (!isProcessId(id)) return null
+    return parseRecord(await readFile(path.join(this.#dir(tenant, workspace), `${id}.json`), 'utf8').catch(() => null))
+  }
+
+  /** Every readable record of the workspace. */
+  async list (tenant: string, workspace: string): Promise<ProcessRecord[]> {
+    const dir = this.#dir(tenant, workspace)
+    const names = await readdir(dir).catch(() => [] as string[])
+    const ids = names.filter((name) => name.endsWith('.json')).map((name) => name.slice(0, -'.json'.length))
+    const records = await Promise.all(ids.map((id) => this.read(tenant, workspace, id)))
+    return records.filter((record) => record !== null)
+  }
+
+  async remove (tenant: string, workspace: string, id: string): Promise<void> {
+    if (isProcessId(id)) await rm(path.join(this.#dir(tenant, workspace), `${id}.json`), { force: true })
+  }
+
+  #dir (tenant: string, workspace: string): string {
+    this.#layout ??= new WorkspaceLayout(this.#root())
+    return this.#layout.processesDir(tenant, workspace)
+  }
+}
+
+function parseRecord (text: string | null): ProcessRecord | null {
+  if (text === null) return null
+  try {
+    const record = JSON.parse(text) as ProcessRecord
+    const valid = typeof record.id === 'string' && isProcessId(record.id) && typeof record.workspace === 'string' &&
+      typeof record.command === 'string' && typeof record.started_at === 'string' &&
+      (record.owner === null || typeof record.owner === 'string')
+    return valid ? record : null
+  } catch {
+    return null
+  }
+}

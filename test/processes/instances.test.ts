@@ -1,0 +1,140 @@
+/**
+ * Two real server processes sharing one workspace root, as pods sharing a
+ * ReadWriteMany volume: a process started through one is read, written to,
+ * followed and killed through the other (forwarded with the caller's own
+ * credentials), its tools answer through either, and once its instance is
+ * gone (stopped, or restarted without it) it is `lost` everywhere.
+ */
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { freePort, type RunningServer, startServer, waitReady } from '../support/server-process.ts'
+import { alive, processesWith, uniqueSleepSeconds } from '../support/processes.ts'
+import { tempDir } from '../support/temp.ts'
+
+type Json = Record<string, any>
+
+const TOKENS = [{ token: 'token-acme', tenant: 'acme' }, { token: 'token-other', tenant: 'other' }]
+
+interface Instance { server: RunningServer, port: number }
+
+async function instance (root: string, name: string, port?: number): Promise<Instance> {
+  const chosen = port ?? await freePort()
+  const config = {
+    workspaces: { root, ephemeral_root: path.join(path.dirname(root), `ephemeral-${name}`) },
+    auth: { tokens: TOKENS },
+    tools: { builtin: ['*'] },
+    logging: { level: 'warn' },
+  }
+  const server = await startServer(config, { PORT: String(chosen), TOOLPORT_ADVERTISE_URL: `http://127.0.0.1:${chosen}` })
+  await waitReady(server)
+  return { server, port: chosen }
+}
+
+async function call (at: Instance, method: string, url: string, body?: unknown, token = 'token-acme'): Promise<{ status: number, body: Json }> {
+  const headers: Record<string, string> = { authorization: `Bearer ${token}` }
+  if (body !== undefined) headers['content-type'] = 'application/json'
+  const response = await fetch(at.server.base + url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(20_000) })
+  const text = await response.text()
+  return { status: response.status, body: (text === '' ? {} : JSON.parse(text)) as Json }
+}
+
+/** Output through `at` from `after` until `text` has come (or the process ended). */
+async function outputUntil (at: Instance, id: string, text: string, after = 0): Promise<{ data: string, next: number }> {
+  let data = ''
+  let cursor = after
+  for (let round = 0; round < 20 && !data.includes(text); round++) {
+    const got = await call(at, 'GET', `/v1/workspaces/w1/processes/${id}/output?after=${cursor}&wait_ms=2000`)
+    expect(got.status, JSON.stringify(got.body)).toBe(200)
+    data += got.body['chunks'].map((chunk: Json) => chunk['data']).join('')
+    cursor = got.body['next']
+    if (got.body['process'].state !== 'running') break
+  }
+  return { data, next: cursor }
+}
+
+/** Reads an event stream through `at` until `text` has come; answers what came. */
+async function eventsUntil (at: Instance, id: string, text: string): Promise<string> {
+  const stop = new AbortController()
+  const response = await fetch(`${at.server.base}/v1/workspaces/w1/processes/${id}/output`, {
+    headers: { authorization: 'Bearer token-acme', accept: 'text/event-stream' },
+    signal: stop.signal,
+  })
+  expect(response.status).toBe(200)
+  expect(response.headers.get('content-type')).toContain('text/event-stream')
+  let seen = ''
+  const decoder = new TextDecoder()
+  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+    seen += decoder.decode(chunk, { stream: true })
+    if (seen.includes(text)) break
+  }
+  stop.abort()
+  return seen
+}
+
+describe('processes across instances sharing one root', () => {
+  it('answers for a process another instance runs, with the caller\'s credentials, and reports it lost once that instance is gone', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b')
+
+    const started = await call(a, 'POST', '/v1/workspaces/w1/processes', { command: 'echo ready; cat', stdin: true })
+    expect(started.status).toBe(201)
+    const id = started.body['id'] as string
+
+    // Status, output, input and the event stream through the other instance.
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ status: 200, body: { id, state: 'running', command: 'echo ready; cat' } })
+    const first = await outputUntil(b, id, 'ready')
+    expect(first.data).toBe('ready\n')
+    expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${id}/input`, { data: 'through b\n' })).toMatchObject({ status: 200, body: { id, state: 'running' } })
+    expect((await outputUntil(b, id, 'through b', first.next)).data).toBe('through b\n')
+    const events = await eventsUntil(b, id, 'through b')
+    expect(events).toContain('event: stdout')
+    expect(events).toMatch(/^data: "ready\\n(through b\\n)?"$/m)
+    expect(events).toContain('through b\\n"')
+
+    // The tools too, through execute on the other instance.
+    const viaTool = await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: id, after: 0 }, workspace: 'w1' })
+    expect(viaTool.status, JSON.stringify(viaTool.body)).toBe(200)
+    expect(viaTool.body['result']).toMatchObject({ process_id: id, state: 'running', output: 'ready\nthrough b\n' })
+    const listed = await call(b, 'POST', '/v1/tools/process_list/execute', { arguments: {}, workspace: 'w1' })
+    expect(listed.body['result'].processes).toEqual([expect.objectContaining({ process_id: id, state: 'running' })])
+
+    // Another tenant does not see it, on either instance.
+    expect((await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`, undefined, 'token-other')).status).toBe(404)
+    expect((await call(a, 'GET', `/v1/workspaces/w1/processes/${id}`, undefined, 'token-other')).status).toBe(404)
+    // `a` requires a token too: the forwarded requests above carried the caller's own. A wrong one goes nowhere.
+    expect((await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`, undefined, 'wrong')).status).toBe(401)
+
+    // Killed through the other instance: killed, never exited.
+    const killed = await call(b, 'POST', `/v1/workspaces/w1/processes/${id}/kill`, {})
+    expect(killed).toMatchObject({ status: 200, body: { id, state: 'killed', signal: 'TERM', exit_code: null } })
+    expect(await call(a, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ body: { state: 'killed' } })
+
+    // A process on `a`, then `a` stops: it is lost, as seen from `b`.
+    const marker = uniqueSleepSeconds()
+    const sleeper = await call(a, 'POST', '/v1/workspaces/w1/processes', { command: `sleep ${marker}` })
+    expect(sleeper.status).toBe(201)
+    const sleeperId = sleeper.body['id'] as string
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ body: { state: 'running' } })
+    const pids = processesWith(marker)
+    expect(pids.length).toBeGreaterThan(0)
+    a.server.child.kill('SIGTERM')
+    await a.server.exited
+    for (const pid of pids) expect(await alive(pid)).toBe(false)
+
+    const lost = { id: sleeperId, state: 'lost', exit_code: null, signal: null, ended_at: null }
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}/output?after=5&wait_ms=2000`)).toMatchObject({ status: 200, body: { process: lost, chunks: [], next: 5, dropped_bytes: 0 } })
+    expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${sleeperId}/input`, { data: 'x' })).toMatchObject({ status: 409, body: { code: 'Conflict' } })
+    expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${sleeperId}/kill`, {})).toMatchObject({ status: 200, body: lost })
+    const lostEvents = await eventsUntil(b, sleeperId, 'event: end')
+    expect(lostEvents).toContain('"state":"lost"')
+    expect((await call(b, 'GET', '/v1/workspaces/w1/processes')).body['processes'].map((each: Json) => [each['id'], each['state']])).toEqual([[id, 'lost'], [sleeperId, 'lost']])
+    expect((await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: sleeperId }, workspace: 'w1' })).body['result']).toMatchObject({ process_id: sleeperId, state: 'lost', output: '' })
+
+    // `a` back at the same address, without the processes of its former life: lost there and here.
+    const again = await instance(root, 'a', a.port)
+    expect(await call(again, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
+  }, 60_000)
+})
