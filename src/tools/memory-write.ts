@@ -35,7 +35,7 @@ export const memoryWriteTool = defineBuiltin({
         const dir = await openContainedDirectory(ctx.workspaceDir, 'memory', MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
         try {
           const { created, bytes } = await appendParagraph(dir.at('MEMORY.md'), args.content)
-          ctx.quota?.landed(created ? 1 : 0, bytes)
+          ctx.quota?.landed(created ? 1 : 0, bytes, 'memory')
         } catch (error) {
           throw fsError(error, MEMORY_PATH)
         } finally {

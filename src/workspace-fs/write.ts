@@ -15,8 +15,8 @@ import { openContainedDirectory, splitInWorkspace } from './open.ts'
 export interface RoomCheck {
   /** Throws PayloadTooLarge when the workspace cannot grow by `bytes` (negative: it shrinks). */
   ensureRoom: (bytes: number) => Promise<void>
-  /** The write landed: `files` more regular files, `bytes` more bytes (either may be negative). */
-  landed: (files: number, bytes: number) => void
+  /** The write landed in `directory` (relative to the workspace): `files` more regular files, `bytes` more bytes (either may be negative). */
+  landed: (files: number, bytes: number, directory?: string) => void
 }
 
 /**
@@ -34,7 +34,7 @@ export async function writeContained (workspaceDir: string, absolute: string, us
   return withQuotaLock(workspaceDir, () => writeInPlace(workspaceDir, absolute, userPath, content, options, {
     before: (replaced) => quota.ensureRoom(size - (replaced?.size ?? 0)),
     // A file replaces a regular file (same count) or a symlink or nothing (one more).
-    after: (replaced) => quota.landed(replaced ? 0 : 1, size - (replaced?.size ?? 0)),
+    after: (replaced) => quota.landed(replaced ? 0 : 1, size - (replaced?.size ?? 0), splitInWorkspace(workspaceDir, absolute).relativeDir),
   }))
 }
 

@@ -44,8 +44,8 @@ export interface WorkspaceQuota {
    * since the last scan, a growing write needs the truth and scans first.
    */
   ensureRoom: (addedBytes: number) => Promise<void>
-  /** The write admitted landed: `files` more files and `bytes` more bytes (either may be negative). Under the same lock. */
-  landed: (files: number, bytes: number) => void
+  /** The write admitted landed in `directory` (relative to the workspace; undefined: anywhere): `files` more files and `bytes` more bytes (either may be negative). Under the same lock. */
+  landed: (files: number, bytes: number, directory?: string) => void
   /** The tree changed in a way no delta describes (an archive moved in): the figure is brought up to date by a scan. */
   changed: () => void
 }
@@ -61,7 +61,7 @@ export function workspaceQuota (dir: string, maxBytes: number): WorkspaceQuota {
       const { bytes } = usage.figure
       if (bytes + addedBytes > maxBytes) throw overQuota(bytes + addedBytes, maxBytes)
     },
-    landed: (files, bytes) => usage.add(files, bytes),
+    landed: (files, bytes, directory) => usage.add(files, bytes, directory),
     changed: () => usage.changed(),
   }
 }

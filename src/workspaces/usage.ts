@@ -6,10 +6,13 @@
  *   report their own deltas, under the workspace's quota lock: the figure
  *   stays exact through them.
  * - A call that may change the tree freely (a process, an executable, an
- *   MCP tool) or an archive upload makes the figure stale, and a scan (one
- *   walk of the tree) brings it up to date, off the request path: when the
- *   call ends, in the background, at most MAX_CONCURRENT_SCANS at once per
- *   instance.
+ *   MCP tool) or an archive upload makes the figure stale, and a scan brings
+ *   it up to date, off the request path: when the call ends, in the
+ *   background, at most MAX_CONCURRENT_SCANS at once per instance. The
+ *   figure is kept per directory, each directory watched (usage-watch.ts),
+ *   so a scan lists again only the directories the call changed; a full
+ *   walk is the fallback when the watches cannot tell every change, and the
+ *   way to count a workspace the first time and every MAX_FIGURE_AGE_MS.
  * - A scan runs under the quota lock, so no file-tool write lands while it
  *   counts and the figure it leaves is the tree's.
  *
@@ -18,7 +21,8 @@
  * MAX_FIGURE_AGE_MS gets when the workspace is next used.
  */
 import { withQuotaLock } from '../workspace-fs/write.ts'
-import { directorySize, type TreeSize } from './directory-size.ts'
+import type { TreeSize } from './directory-size.ts'
+import { WatchedTree } from './usage-watch.ts'
 
 /** Scans under way at once in this instance; more wait for a slot. */
 export const MAX_CONCURRENT_SCANS = 2
@@ -64,6 +68,15 @@ export class WorkspaceUsage {
   #refreshing: Promise<void> | undefined
   /** The figure has been counted (or was known) at least once. */
   #known: boolean
+  /** The figure per directory, watched; undefined before the first full scan and while watches cannot be set up. */
+  #tree: WatchedTree | undefined
+  /** When watches last could not be set up: tried again after MAX_FIGURE_AGE_MS. */
+  #unwatchedAt = -Infinity
+  /** The next scan lists everything (a figure grown old: another instance may have written). */
+  #fullScanDue = false
+  #forgotten = false
+  /** Scans that listed every directory. */
+  #fullScans = 0
 
   /** `known`: the figure is known already (a workspace just made empty); otherwise the first use scans. */
   constructor (dir: string, known?: TreeSize) {
@@ -94,10 +107,25 @@ export class WorkspaceUsage {
     return this.#changing > 0
   }
 
-  /** A file tool's write landed: the workspace gained `files` files and `bytes` bytes (either may be negative). Under the quota lock. */
-  add (files: number, bytes: number): void {
+  /** Scans that listed every directory (the rest listed only what changed). */
+  get fullScans (): number {
+    return this.#fullScans
+  }
+
+  /** Every directory of the workspace is watched: a scan after a change lists only what changed. */
+  get watched (): boolean {
+    return this.#tree?.watching ?? false
+  }
+
+  /**
+   * A file tool's write landed in `directory` (relative to the workspace;
+   * undefined: somewhere): the workspace gained `files` files and `bytes`
+   * bytes (either may be negative). Under the quota lock.
+   */
+  add (files: number, bytes: number, directory?: string): void {
     this.#figure.files += files
     this.#figure.bytes += bytes
+    this.#tree?.add(files, bytes, directory)
   }
 
   /**
@@ -108,6 +136,7 @@ export class WorkspaceUsage {
   beginChange (): (options?: { rescan?: boolean }) => void {
     this.#changing++
     this.#generation++
+    this.#tree?.changeBegins()
     let ended = false
     return ({ rescan = true } = {}) => {
       if (ended) return
@@ -121,6 +150,7 @@ export class WorkspaceUsage {
   /** The tree changed in a way no delta describes (an archive moved in); a scan starts in the background. */
   changed (): void {
     this.#generation++
+    this.#tree?.changeBegins()
     this.refreshInBackground()
   }
 
@@ -152,11 +182,40 @@ export class WorkspaceUsage {
   async scanHoldingLock (): Promise<void> {
     await slots.run(async () => {
       const startedAt = this.#generation
-      this.#scannedAt = Date.now()
-      this.#figure = await directorySize(this.dir)
+      const tree = this.#fullScanDue ? undefined : this.#tree
+      if (tree && await tree.catchUp(this.changing)) {
+        this.#figure = tree.total
+      } else {
+        this.#scannedAt = Date.now()
+        this.#fullScanDue = false
+        this.#fullScans++
+        this.#figure = await this.#scanAll()
+      }
       this.#scanned = Math.max(this.#scanned, startedAt)
       this.#known = true
     })
+  }
+
+  /** Lists every directory, watching them unless watches could not be set up lately. */
+  async #scanAll (): Promise<TreeSize> {
+    const tree = this.#tree ?? new WatchedTree(this.dir)
+    const mayWatch = !this.#forgotten && Date.now() - this.#unwatchedAt > MAX_FIGURE_AGE_MS
+    const figure = await tree.scanAll({ watch: mayWatch })
+    if (tree.watching && !this.#forgotten) {
+      this.#tree = tree
+    } else {
+      tree.close()
+      this.#tree = undefined
+      if (mayWatch && !this.#forgotten) this.#unwatchedAt = Date.now()
+    }
+    return figure
+  }
+
+  /** The workspace is gone: its watches are closed. */
+  close (): void {
+    this.#forgotten = true
+    this.#tree?.close()
+    this.#tree = undefined
   }
 
   /**
@@ -181,6 +240,7 @@ export class WorkspaceUsage {
   refreshIfOld (): void {
     if (Date.now() - this.#scannedAt <= MAX_FIGURE_AGE_MS || this.#refreshing) return
     // Not marked stale: nothing here changed the tree, so no write need wait for this scan's result.
+    this.#fullScanDue = true
     this.#refreshing = withQuotaLock(this.dir, () => this.scanHoldingLock())
       .catch(() => {})
       .finally(() => { this.#refreshing = undefined })
@@ -203,11 +263,13 @@ export function usageOf (dir: string): WorkspaceUsage {
 /** A workspace just made empty at `dir`: its figure is known without a scan. */
 export function startUsage (dir: string): WorkspaceUsage {
   const usage = new WorkspaceUsage(dir, { files: 0, bytes: 0 })
+  usages.get(dir)?.close()
   usages.set(dir, usage)
   return usage
 }
 
 /** The workspace at `dir` is gone (deleted, expired, released): a new one there starts afresh. */
 export function forgetUsage (dir: string): void {
+  usages.get(dir)?.close()
   usages.delete(dir)
 }

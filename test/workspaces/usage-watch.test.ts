@@ -1,0 +1,136 @@
+/**
+ * A workspace's usage kept per directory and watched: after a real process
+ * (exec_shell in the sandbox) the directories it changed are listed again,
+ * not the whole tree, and the figure is the tree's (checked against a full
+ * walk). Where the watches cannot tell every change (a watch limit, a burst
+ * of events that may have overflowed the kernel's queue) the scan lists
+ * everything and stays exact.
+ */
+import { existsSync } from 'node:fs'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { buildTestApp } from '../helper.ts'
+import { expectProblem } from '../support/problem.ts'
+import { execAs, requestAs } from '../support/requests.ts'
+import { directorySize } from '../../src/workspaces/directory-size.ts'
+import { usageOf } from '../../src/workspaces/usage.ts'
+import { watchedDirectoryCount, watchLimit } from '../../src/workspaces/usage-watch.ts'
+
+type App = Awaited<ReturnType<typeof buildTestApp>>
+
+const DEFAULT_LIMIT = watchLimit.directories
+afterEach(() => { watchLimit.directories = DEFAULT_LIMIT })
+
+async function shell (app: App, workspace: string, command: string): Promise<void> {
+  const answer = await execAs(app, '', 'exec_shell', { command }, workspace)
+  expect(answer.status).toBe(200)
+  expect((answer.body as { result: { exit_code: number } }).result.exit_code).toBe(0)
+}
+
+async function info (app: App, workspace: string): Promise<{ files: number, bytes: number }> {
+  const { files, bytes } = (await requestAs(app, '', 'GET', `/v1/workspaces/${workspace}`)).body as { files: number, bytes: number }
+  return { files, bytes }
+}
+
+/** The usage the service answers, and the tree's truth by a full walk. */
+async function answeredAndTrue (app: App, workspace: string) {
+  const dir = app.runtime.workspaces.get('default', workspace).dir
+  return { answered: await info(app, workspace), truth: await directorySize(dir) }
+}
+
+const TREE = 'mkdir -p pkg1/lib pkg2/lib pkg3 && for p in pkg1 pkg2 pkg3; do printf 12345 > $p/index.js; printf abc > $p/README; done && printf xy > pkg1/lib/a.js && printf xyz > pkg2/lib/b.js && printf top > top.txt'
+
+describe('workspace usage, watched per directory', () => {
+  it('follows what a process changes (a deep new directory, deletes, renames, truncation, hard links) by listing only what changed', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    await shell(app, 'w', TREE)
+    const usage = usageOf(app.runtime.workspaces.get('default', 'w').dir)
+    let { answered, truth } = await answeredAndTrue(app, 'w')
+    expect(answered).toEqual({ files: 9, bytes: 32 })
+    expect(truth).toEqual(answered)
+    expect(usage.watched).toBe(true)
+    const fullScans = usage.fullScans
+
+    const steps = [
+      'mkdir -p new/a/b/c/d && printf 1234567 > new/a/b/c/d/deep.txt && printf 1 > new/a/one',
+      'rm pkg3/README && rm -r pkg2/lib',
+      'mv pkg1 renamed && printf 12 >> renamed/lib/a.js',
+      // Swapped names: each directory is now where the other was.
+      'mv renamed tmp && mv pkg2 renamed && mv tmp pkg2 && printf 4444 > pkg2/lib/after-swap.js',
+      'truncate -s 1 top.txt && : > pkg3/index.js',
+      // A new hard link: its partner's directory hears nothing, so this one catch-up lists everything.
+      'mkdir -p linked && ln pkg2/index.js linked/same.js && printf more >> linked/same.js',
+      // Known now: a write through either link is counted in both directories.
+      'printf again >> pkg2/index.js',
+      'rm -r new/a/b && mkdir new/a/b && printf 88 > new/a/b/again',
+    ]
+    for (const step of steps) {
+      await shell(app, 'w', step)
+      ;({ answered, truth } = await answeredAndTrue(app, 'w'))
+      expect({ step, answered }).toEqual({ step, answered: truth })
+    }
+    // A file tool writes into a directory a process made, then a process changes it again: counted once.
+    expect((await execAs(app, '', 'write_file', { path: 'new/a/b/tool.txt', content: 'tool' }, 'w')).status).toBe(200)
+    expect((await execAs(app, '', 'write_file', { path: 'made/by/tool.txt', content: 'tool' }, 'w')).status).toBe(200)
+    await shell(app, 'w', 'printf 9 >> new/a/b/tool.txt && printf 9 >> made/by/tool.txt')
+    ;({ answered, truth } = await answeredAndTrue(app, 'w'))
+    expect(answered).toEqual(truth)
+    expect(usage.watched).toBe(true)
+    expect(usage.fullScans).toBe(fullScans + 1)
+  })
+
+  it('refuses a write right after a process filled the workspace, writing nothing, without listing every directory', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] }, workspaces: { max_bytes: 4096 } })
+    await shell(app, 'full', TREE)
+    const dir = app.runtime.workspaces.get('default', 'full').dir
+    const usage = usageOf(dir)
+    await usage.refresh()
+    const fullScans = usage.fullScans
+    await shell(app, 'full', 'mkdir -p deep/er && head -c 3500 /dev/zero > deep/er/big.bin')
+    expectProblem(await execAs(app, '', 'write_file', { path: 'b.txt', content: 'b'.repeat(1000) }, 'full'), 413, 'PayloadTooLarge', 'write_file')
+    expect(existsSync(path.join(dir, 'b.txt'))).toBe(false)
+    await shell(app, 'full', 'truncate -s 0 deep/er/big.bin')
+    expect((await execAs(app, '', 'write_file', { path: 'b.txt', content: 'b'.repeat(1000) }, 'full')).status).toBe(200)
+    expect(usage.fullScans).toBe(fullScans)
+  })
+
+  it('lists every directory when the watch limit is reached, and stays exact', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    watchLimit.directories = watchedDirectoryCount() + 3
+    await shell(app, 'limited', TREE)
+    const usage = usageOf(app.runtime.workspaces.get('default', 'limited').dir)
+    let { answered, truth } = await answeredAndTrue(app, 'limited')
+    expect(answered).toEqual(truth)
+    expect(usage.watched).toBe(false)
+    const fullScans = usage.fullScans
+    await shell(app, 'limited', 'mkdir -p x/y && printf 123 > x/y/z && rm -r pkg1')
+    ;({ answered, truth } = await answeredAndTrue(app, 'limited'))
+    expect(answered).toEqual(truth)
+    expect(usage.fullScans).toBe(fullScans + 1)
+  })
+
+  it('lists every directory after a burst of events that may have overflowed the kernel queue, and stays exact', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    await shell(app, 'burst', TREE)
+    const usage = usageOf(app.runtime.workspaces.get('default', 'burst').dir)
+    await usage.refresh()
+    const fullScans = usage.fullScans
+    // 2 × 9,000 events: over half of the default queue (16,384).
+    await shell(app, 'burst', 'cd pkg3 && for i in $(seq 9000); do : > f$i; done && rm f1*')
+    const { answered, truth } = await answeredAndTrue(app, 'burst')
+    expect(answered).toEqual(truth)
+    expect(usage.fullScans).toBe(fullScans + 1)
+    expect(usage.watched).toBe(true)
+  })
+
+  it('closes its watches when the workspace is deleted', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    const before = watchedDirectoryCount()
+    await shell(app, 'gone', TREE)
+    await usageOf(app.runtime.workspaces.get('default', 'gone').dir).refresh()
+    // The root, three packages and two lib directories.
+    expect(watchedDirectoryCount()).toBe(before + 6)
+    expect((await requestAs(app, '', 'DELETE', '/v1/workspaces/gone')).status).toBe(204)
+    expect(watchedDirectoryCount()).toBe(before)
+  })
+})
