@@ -16,6 +16,8 @@ export interface WorkspaceExpiryOptions {
   log: Logger
   /** The store's removal of a workspace (its removal listeners first, then the trash). */
   remove: (tenant: string, id: string) => Promise<void>
+  /** Another instance removed a workspace held here: what runs here in it ends (its removal listeners), nothing else. */
+  removedElsewhere: (entry: CachedWorkspace) => Promise<void>
 }
 
 export class WorkspaceExpiry {
@@ -67,7 +69,11 @@ export class WorkspaceExpiry {
     await cache.adoptAll(layout())
     let removed = 0
     for (const entry of cache.all()) {
-      if (entry.expiresAt > now || entry.users > 0) continue
+      if (entry.users > 0) {
+        await this.#keepHeld(entry)
+        continue
+      }
+      if (entry.expiresAt > now) continue
       const meta = await layout().read(entry.tenant, entry.id)
       if (meta && meta.expiresAt > now) {
         entry.expiresAt = meta.expiresAt
@@ -82,5 +88,24 @@ export class WorkspaceExpiry {
     }
     if (removed > 0) log.info({ removed }, 'expired workspaces removed')
     return removed
+  }
+
+  /**
+   * A workspace held here (a process runs in it) may be held for longer
+   * than its TTL: its expiry on disk moves on at every sweep, so that the
+   * other instances' sweeps keep it too. When another instance removed it
+   * meanwhile (its metadata is gone, or is a newer workspace's), what runs
+   * here in it ends.
+   */
+  async #keepHeld (entry: CachedWorkspace): Promise<void> {
+    const { cache, layout, log, removedElsewhere } = this.#options
+    const meta = await layout().read(entry.tenant, entry.id)
+    const gone = meta === null ? !await layout().hasMeta(entry.tenant, entry.id) : meta.createdAt !== entry.createdAt
+    if (!gone) {
+      this.renew(entry)
+      return
+    }
+    cache.forget(entry)
+    await removedElsewhere(entry).catch((error: unknown) => log.error({ err: error, workspace: entry.id }, 'could not end what ran in a workspace removed elsewhere'))
   }
 }

@@ -12,7 +12,7 @@
  * creating the same id cannot both win; renewals replace it atomically.
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
@@ -80,6 +80,11 @@ export class WorkspaceLayout {
   /** The metadata of one workspace, or null when there is none (or it cannot be read). */
   async read (tenant: string, id: string): Promise<WorkspaceMeta | null> {
     return parseMeta(await readFile(this.metaFile(tenant, id), 'utf8').catch(() => null))
+  }
+
+  /** Whether the metadata file is there (unreadable counts as there: only a sure absence is a removal). */
+  async hasMeta (tenant: string, id: string): Promise<boolean> {
+    return access(this.metaFile(tenant, id)).then(() => true, (error: NodeJS.ErrnoException) => error.code !== 'ENOENT')
   }
 
   /** Removes only the metadata (a renewal written after its workspace was deleted). */

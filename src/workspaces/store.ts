@@ -90,6 +90,10 @@ export class WorkspaceStore {
       layout: () => this.#layout,
       log: options.log,
       remove: (tenant, id) => this.#remove(tenant, id),
+      removedElsewhere: async (entry) => {
+        await this.#beforeRemoval(entry.dir)
+        forgetUsage(entry.dir)
+      },
     })
   }
 

@@ -8,7 +8,8 @@
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { freePort, type RunningServer, startServer, waitReady } from '../support/server-process.ts'
-import { alive, processesWith, uniqueSleepSeconds } from '../support/processes.ts'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { alive, processesWith, survivorsWith, uniqueSleepSeconds } from '../support/processes.ts'
 import { tempDir } from '../support/temp.ts'
 
 type Json = Record<string, any>
@@ -17,10 +18,10 @@ const TOKENS = [{ token: 'token-acme', tenant: 'acme' }, { token: 'token-other',
 
 interface Instance { server: RunningServer, port: number }
 
-async function instance (root: string, name: string, port?: number): Promise<Instance> {
+async function instance (root: string, name: string, port?: number, workspaces: Json = {}): Promise<Instance> {
   const chosen = port ?? await freePort()
   const config = {
-    workspaces: { root, ephemeral_root: path.join(path.dirname(root), `ephemeral-${name}`) },
+    workspaces: { root, ephemeral_root: path.join(path.dirname(root), `ephemeral-${name}`), ...workspaces },
     auth: { tokens: TOKENS },
     tools: { builtin: ['*'] },
     logging: { level: 'warn' },
@@ -136,5 +137,27 @@ describe('processes across instances sharing one root', () => {
     const again = await instance(root, 'a', a.port)
     expect(await call(again, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
     expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
+  }, 60_000)
+
+  it('keeps a workspace with a running process from expiring on every instance, and ends the process when another instance deletes the workspace', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const short = { ttl_seconds: 2, sweep_interval_seconds: 1 }
+    const a = await instance(root, 'a', undefined, short)
+    const b = await instance(root, 'b', undefined, short)
+    const marker = uniqueSleepSeconds()
+    const started = await call(a, 'POST', '/v1/workspaces/w1/processes', { command: `sleep ${marker}` })
+    expect(started.status).toBe(201)
+    const id = started.body['id'] as string
+
+    // Three TTLs later, with both sweepers running every second, the workspace and its process are still there for `b`.
+    await sleep(6000)
+    expect((await call(b, 'GET', '/v1/workspaces/w1')).status).toBe(200)
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ status: 200, body: { state: 'running' } })
+    expect(processesWith(marker).length).toBeGreaterThan(0)
+
+    // Deleted through `b`: `a` notices at its next sweep and ends the process; nothing is left running.
+    expect((await call(b, 'DELETE', '/v1/workspaces/w1')).status).toBe(204)
+    expect(await survivorsWith(marker, 10_000)).toEqual([])
+    expect((await call(a, 'GET', '/v1/workspaces/w1')).status).toBe(404)
   }, 60_000)
 })
