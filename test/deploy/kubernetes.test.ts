@@ -148,4 +148,23 @@ describe('kubernetes manifests', () => {
     const dns = egress.find((rule) => rule.ports?.some((p) => p.port === 53))
     expect(dns?.to?.[0]?.['podSelector'].matchLabels).toEqual({ 'k8s-app': 'kube-dns' })
   })
+
+  it('advertises each pod at its own IP, and lets the pods reach each other there', () => {
+    const env = container.env as Array<{ name: string, value?: string, valueFrom?: any }>
+    const podIp = env.findIndex((e) => e.name === 'POD_IP')
+    const advertised = env.findIndex((e) => e.name === 'TOOLPORT_ADVERTISE_URL')
+    expect(env[podIp]?.valueFrom).toEqual({ fieldRef: { fieldPath: 'status.podIP' } })
+    // Kubernetes expands $(POD_IP) only from a variable defined earlier in the list.
+    expect(podIp).toBeGreaterThanOrEqual(0)
+    expect(advertised).toBeGreaterThan(podIp)
+    const port = container.env.find((e: { name: string }) => e.name === 'PORT').value
+    expect(env[advertised]?.value).toBe(`http://$(POD_IP):${port}`)
+    // The service accepts that URL once POD_IP is in it.
+    expect(parseConfig({ server: { advertise_url: env[advertised]!.value!.replace('$(POD_IP)', '10.1.2.3') } }).server.advertise_url).toBe('http://10.1.2.3:8080')
+    const labels = deployment['spec'].template.metadata.labels
+    const egress = one('NetworkPolicy')['spec'].egress as Array<{ to: Array<Record<string, any>>, ports?: Array<{ port: number }> }>
+    const toPeers = egress.find((rule) => rule.to.some((peer) => peer['podSelector'] && !peer['namespaceSelector'] &&
+      Object.entries(peer['podSelector'].matchLabels).every(([k, v]) => labels[k] === v)))
+    expect(toPeers?.ports).toEqual([{ port: Number(port), protocol: 'TCP' }])
+  })
 })
