@@ -120,7 +120,8 @@ class Markers {
     } finally {
       clearTimeout(timer)
       this.#waiting.delete(name)
-      await unlink(file).catch(() => {})
+      // Not awaited: the answer is known, and the marker's removal holds nothing up.
+      unlink(file).catch(() => {})
     }
   }
 

@@ -91,6 +91,7 @@ describe('workspace usage, watched per directory', () => {
     expect(existsSync(path.join(dir, 'b.txt'))).toBe(false)
     await shell(app, 'full', 'truncate -s 0 deep/er/big.bin')
     expect((await execAs(app, '', 'write_file', { path: 'b.txt', content: 'b'.repeat(1000) }, 'full')).status).toBe(200)
+    expect(usage.watched).toBe(true)
     expect(usage.fullScans).toBe(fullScans)
   })
 
