@@ -8,12 +8,13 @@ import os from 'node:os'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
-import { BwrapRunner } from './bwrap-runner.ts'
+import { type BwrapOptions, BwrapRunner } from './bwrap-runner.ts'
 import { findPrlimit, probeUlimitUnits, type ResourceLimits, ulimitCommands } from './limits.ts'
 import { PidsCgroups } from './pids-cgroup.ts'
 import { PlainRunner } from './plain-runner.ts'
-import type { ProcessRunner } from './types.ts'
-import { nsenterAvailable, type WorkspaceNetworks } from './workspace-network.ts'
+import { runPrepared } from './process.ts'
+import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
+import { NSENTER, nsenterAvailable, type WorkspaceNetworks } from './workspace-network.ts'
 
 export type { ProcessRunner } from './types.ts'
 
@@ -41,11 +42,11 @@ function limitsOf (sandbox: Config['sandbox']): ResourceLimits {
   }
 }
 
-/** Runs `true` under the runner in a scratch directory: does bubblewrap work here? */
-async function probe (runner: BwrapRunner): Promise<string | null> {
+/** Runs `true` with `run` in a scratch directory: does bubblewrap work here? */
+async function probe (run: (options: RunOptions) => Promise<RunResult>): Promise<string | null> {
   const dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'toolport-probe-')))
   try {
-    const result = await runner.run({ command: 'true', args: [], cwd: dir, timeoutMs: 10_000, signal: new AbortController().signal, maxOutputBytes: 4096 })
+    const result = await run({ command: 'true', args: [], cwd: dir, timeoutMs: 10_000, signal: new AbortController().signal, maxOutputBytes: 4096 })
     return result.exitCode === 0 ? null : (result.stderr.trim() || `exit code ${result.exitCode}`)
   } catch (error) {
     return (error as Error).message
@@ -66,12 +67,7 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   // With a pids cgroup per run, the cgroup bounds the process count (as prlimit's --nproc would not for root).
   const ulimits = units ? ulimitCommands(limits, units, !pids) : undefined
   if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)
-  let networks = sandbox.network ? undefined : options.networks
-  if (networks && !nsenterAvailable()) {
-    options.log.warn('nsenter not found: every sandboxed command has a network of its own (a server a process starts is not reachable from the workspace\'s other commands)')
-    networks = undefined
-  }
-  const bwrap = new BwrapRunner({
+  const bwrapOptions: BwrapOptions = {
     network: sandbox.network,
     limits,
     prlimit,
@@ -80,14 +76,32 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
     tmpBytes: sandbox.tmp_bytes,
     pids,
     ulimits,
-    networks,
-  })
-  const problem = await probe(bwrap)
+  }
+  const bwrap = new BwrapRunner(bwrapOptions)
+  const problem = await probe((run) => bwrap.run(run))
   if (problem === null) {
     if (process.getuid?.() === 0) options.log.warn(ROOT_SANDBOX_WARNING)
-    return bwrap
+    const networks = sandbox.network ? undefined : options.networks
+    return networks ? await joiningNetworks(bwrap, bwrapOptions, networks, options.log) : bwrap
   }
   if (sandbox.mode === 'bwrap') throw new Error(`sandbox.mode is bwrap but bubblewrap does not work here: ${problem}`)
   options.log.warn({ reason: problem }, 'bubblewrap does not work here; tool processes run WITHOUT a sandbox (sandbox.mode auto → none)')
   return new PlainRunner(limits, prlimit, pids, ulimits)
+}
+
+/**
+ * A runner whose commands join their workspace's network, when one can be
+ * entered here (nsenter present, setns allowed by the seccomp profile);
+ * else `bwrap`, whose every command has a network of its own, with a
+ * warning: isolated all the same, only not shared.
+ */
+async function joiningNetworks (bwrap: BwrapRunner, bwrapOptions: BwrapOptions, networks: WorkspaceNetworks, log: Logger): Promise<BwrapRunner> {
+  const joining = new BwrapRunner({ ...bwrapOptions, networks })
+  // prepare() is a long-running process's: it makes the scratch directory a network of its own, ended after.
+  const problem = nsenterAvailable()
+    ? await probe((run) => runPrepared((launch) => joining.prepare(launch), run).finally(() => networks.end(run.cwd)))
+    : `${NSENTER} not found`
+  if (problem === null) return joining
+  log.warn({ reason: problem }, 'workspace networks do not work here: every sandboxed command has a network of its own, so a server a process starts is not reachable from its workspace\'s other commands')
+  return bwrap
 }

@@ -122,7 +122,9 @@ export class WorkspaceNetworks {
     let making = this.#making.get(dir)
     if (!making) {
       making = makeNetwork().then((network) => {
-        this.#networks.set(dir, network)
+        // Made while the service stopped: it serves the command that asked, then goes.
+        if (this.#closed) network.ending = true
+        else this.#networks.set(dir, network)
         return network
       }).finally(() => this.#making.delete(dir))
       this.#making.set(dir, making)

@@ -4,7 +4,8 @@
  * same workspace's exec_shell and other processes, and no other workspace,
  * ephemeral call or the host; the network is gone (no descriptor, no
  * process holds it) once the workspace is deleted, the service closes, or
- * it has been idle.
+ * it has been idle. On /mcp the session's workspace shares one network from
+ * its first process on.
  */
 import { readdirSync, readlinkSync } from 'node:fs'
 import { mkdtemp, realpath } from 'node:fs/promises'
@@ -12,10 +13,13 @@ import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import type { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { FastifyInstance } from 'fastify'
 import { describe, expect, it } from 'vitest'
 import { WorkspaceNetworks } from '../../src/sandbox/workspace-network.ts'
 import { buildTestApp } from '../helper.ts'
+import { listening, mcpClient } from '../support/listening.ts'
 
 type Json = Record<string, any>
 
@@ -33,30 +37,40 @@ async function app (): Promise<FastifyInstance> {
   return buildTestApp({ sandbox: { mode: 'bwrap', network: false }, tools: { builtin: ['*'] } })
 }
 
-async function call (service: FastifyInstance, tool: string, args: Json, workspace?: string): Promise<Json> {
+/** Calls a tool in one workspace and answers its result. */
+type Caller = (tool: string, args: Json) => Promise<Json>
+
+/** Over REST, in the persistent `workspace` (an ephemeral one when undefined). */
+const rest = (service: FastifyInstance, workspace?: string): Caller => async (tool, args) => {
   const response = await service.inject({ method: 'POST', url: `/v1/tools/${tool}/execute`, payload: { arguments: args, workspace } })
   const body = response.json<Json>()
   expect(response.statusCode, JSON.stringify(body)).toBe(200)
   return body['result'] as Json
 }
 
-const shell = async (service: FastifyInstance, command: string, workspace?: string): Promise<string> =>
-  String((await call(service, 'exec_shell', { command }, workspace))['stdout']).trim()
+/** Over /mcp, in the session's workspace. */
+const mcp = (client: Client): Caller => async (tool, args) => {
+  const result = await client.callTool({ name: tool, arguments: args })
+  expect(result.isError, JSON.stringify(result.content)).toBeFalsy()
+  return result.structuredContent as Json
+}
 
-/** Starts the server as a process of `workspace` and waits until it listens. */
-async function startServer (service: FastifyInstance, workspace: string): Promise<void> {
-  const started = await call(service, 'process_start', { command: SERVER, yield_ms: 0 }, workspace)
+const shell = async (call: Caller, command: string): Promise<string> => String((await call('exec_shell', { command }))['stdout']).trim()
+
+/** Starts the server as a process and waits until it listens. */
+async function startServer (call: Caller): Promise<void> {
+  const started = await call('process_start', { command: SERVER, yield_ms: 0 })
   let output = String(started['output'])
   while (!output.includes('ready')) {
-    const got = await call(service, 'process_output', { process_id: started['process_id'], wait_ms: 5000, after: 0 }, workspace)
+    const got = await call('process_output', { process_id: started['process_id'], wait_ms: 5000, after: 0 })
     expect(got['state'], String(got['output'])).toBe('running')
     output = String(got['output'])
   }
 }
 
-/** Runs the client as a process of `workspace` and answers its output once it ended. */
-async function clientProcess (service: FastifyInstance, workspace: string): Promise<string> {
-  const started = await call(service, 'process_start', { command: CLIENT, yield_ms: 10_000 }, workspace)
+/** Runs the client as a process and answers its output once it ended. */
+async function clientProcess (call: Caller): Promise<string> {
+  const started = await call('process_start', { command: CLIENT, yield_ms: 10_000 })
   expect(started['state']).toBe('exited')
   return String(started['output']).trim()
 }
@@ -94,17 +108,17 @@ async function holdersAfterEnd (id: string): Promise<string[]> {
 }
 
 /** Workspace a's server reached from a (exec_shell and a process) and from nowhere else; answers a's network namespace. */
-async function serveInA (service: FastifyInstance): Promise<string> {
-  await startServer(service, 'a')
-  expect(await shell(service, CLIENT, 'a')).toBe('200')
-  expect(await clientProcess(service, 'a')).toBe('200')
-  expect(await shell(service, CLIENT, 'b')).toMatch(/^unreachable .*Connection refused/)
-  expect(await shell(service, CLIENT)).toMatch(/^unreachable .*Connection refused/)
+async function serveIn (service: FastifyInstance, a: Caller): Promise<string> {
+  await startServer(a)
+  expect(await shell(a, CLIENT)).toBe('200')
+  expect(await clientProcess(a)).toBe('200')
+  expect(await shell(rest(service, 'b'), CLIENT)).toMatch(/^unreachable .*Connection refused/)
+  expect(await shell(rest(service), CLIENT)).toMatch(/^unreachable .*Connection refused/)
   expect(await hostConnects()).toBe(false)
-  const inA = await shell(service, 'readlink /proc/self/ns/net', 'a')
+  const inA = await shell(a, 'readlink /proc/self/ns/net')
   expect(inA).toMatch(/^net:\[\d+\]$/)
-  expect(await shell(service, 'readlink /proc/self/ns/net', 'a')).toBe(inA)
-  expect(await shell(service, 'readlink /proc/self/ns/net', 'b')).not.toBe(inA)
+  expect(await shell(a, 'readlink /proc/self/ns/net')).toBe(inA)
+  expect(await shell(rest(service, 'b'), 'readlink /proc/self/ns/net')).not.toBe(inA)
   expect(holdersOf(inA).length).toBeGreaterThan(0)
   return inA
 }
@@ -112,19 +126,27 @@ async function serveInA (service: FastifyInstance): Promise<string> {
 describe('one network per workspace (bubblewrap, network off)', () => {
   it('a process\'s server on 127.0.0.1 answers its own workspace only; deleting the workspace ends the network', async () => {
     const service = await app()
-    const inA = await serveInA(service)
+    const inA = await serveIn(service, rest(service, 'a'))
     const deleted = await service.inject({ method: 'DELETE', url: '/v1/workspaces/a' })
     expect(deleted.statusCode).toBe(204)
     expect(await holdersAfterEnd(inA)).toEqual([])
     // A workspace made again under the same id starts with a network of its own, empty.
-    expect(await shell(service, CLIENT, 'a')).toMatch(/^unreachable .*Connection refused/)
+    expect(await shell(rest(service, 'a'), CLIENT)).toMatch(/^unreachable .*Connection refused/)
   })
 
   it('closing the service ends every workspace network', async () => {
     const service = await app()
-    const inA = await serveInA(service)
+    const inA = await serveIn(service, rest(service, 'a'))
     await service.close()
     expect(await holdersAfterEnd(inA)).toEqual([])
+  })
+
+  it('on /mcp, the session\'s workspace shares one network once a process runs there, which ends with the session', async () => {
+    const service = await app()
+    const client = await mcpClient(await listening(service))
+    const inSession = await serveIn(service, mcp(client))
+    await (client.transport as StreamableHTTPClientTransport).terminateSession()
+    expect(await holdersAfterEnd(inSession)).toEqual([])
   })
 
   it('an idle network is closed, and a later command gets a fresh one', async () => {
