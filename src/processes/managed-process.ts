@@ -15,6 +15,7 @@ import type { execa as Execa, ResultPromise } from 'execa'
 import { ToolError } from '../errors.ts'
 import type { PreparedLaunch } from '../sandbox/types.ts'
 import { OutputRing, type StreamName } from './output-ring.ts'
+import type { OutputSocket } from './output-sockets.ts'
 
 export type ProcessState = 'running' | 'exited' | 'killed' | 'timed_out'
 export const KILL_SIGNALS = ['TERM', 'KILL', 'INT', 'HUP'] as const
@@ -46,10 +47,13 @@ export interface ProcessSpec {
   id: string
   workspace: string | null
   command: string
+  startedAt: Date
   launch: PreparedLaunch
   stdin: boolean
   timeoutMs: number
   maxOutputBytes: number
+  /** Where the command writes stdout and stderr (output-sockets.ts); the readers' bytes come to `received`. */
+  output: Record<StreamName, OutputSocket>
   /** Called once, when the process has ended and all its output is in. */
   onEnd: (process: ManagedProcess) => void
 }
@@ -58,7 +62,7 @@ export class ManagedProcess {
   readonly id: string
   readonly workspace: string | null
   readonly command: string
-  readonly startedAt = new Date()
+  readonly startedAt: Date
   readonly output: OutputRing
   /** Where the output that a process tool last returned stopped (process_output's default `after`). */
   toolCursor = 0
@@ -81,6 +85,7 @@ export class ManagedProcess {
     this.id = spec.id
     this.workspace = spec.workspace
     this.command = spec.command
+    this.startedAt = spec.startedAt
     this.output = new OutputRing(spec.maxOutputBytes)
     this.#launch = spec.launch
     this.#child = spec.execa(spec.launch.file, spec.launch.args, {
@@ -91,12 +96,17 @@ export class ManagedProcess {
       detached: true,
       cleanup: false,
       stdin: spec.stdin ? 'pipe' : 'ignore',
-      stdout: 'pipe',
-      stderr: 'pipe',
+      stdout: spec.output.stdout.writer,
+      stderr: spec.output.stderr.writer,
       buffer: false,
       reject: false,
     })
+    // The command has its own copies of the writers now.
+    spec.output.stdout.writer.destroy()
+    spec.output.stderr.writer.destroy()
     if (this.#child.pid === undefined) {
+      spec.output.stdout.reader.destroy()
+      spec.output.stderr.reader.destroy()
       spec.launch.release()
       void this.#child.catch(() => {})
       throw new ToolError('ExecutionFailed', 'the command could not start')
@@ -104,15 +114,14 @@ export class ManagedProcess {
     this.#pid = this.#child.pid
     this.#stdinOpen = spec.stdin
     this.#child.stdin?.on('error', () => { this.#stdinOpen = false })
-    this.#follow('stdout')
-    this.#follow('stderr')
+    const outputIn = Promise.all((['stdout', 'stderr'] as const).map((stream) => this.#follow(stream, spec.output[stream].reader)))
     this.#child.nodeChildProcess.once('exit', () => {
-      // What the command left running goes with it; pipes a straggler holds are closed after a grace period.
+      // What the command left running goes with it; output a straggler holds open is closed after a grace period.
       this.#launch.signalTree(this.#pid, 'SIGKILL')
-      this.#timers.push(setTimeout(() => { this.#child.stdout?.destroy(); this.#child.stderr?.destroy() }, PIPE_GRACE_MS).unref())
+      this.#timers.push(setTimeout(() => { spec.output.stdout.reader.destroy(); spec.output.stderr.reader.destroy() }, PIPE_GRACE_MS).unref())
     })
     this.#timers.push(setTimeout(() => this.#stop('timed_out', 'TERM'), spec.timeoutMs).unref())
-    this.ended = this.#child.then((result) => {
+    this.ended = Promise.all([this.#child, outputIn]).then(([result]) => {
       this.#finish(result.exitCode, result.signal)
       spec.onEnd(this)
     })
@@ -203,13 +212,20 @@ export class ManagedProcess {
     this.#timers.push(setTimeout(() => this.#signalUntilReached(signal), RESIGNAL_MS).unref())
   }
 
-  #follow (stream: StreamName): void {
-    const readable = this.#child[stream]
-    readable?.on('data', (bytes: Buffer) => {
-      this.output.append(stream, bytes)
-      this.#notify()
+  /** What the command wrote to `stream` (in a buffer reused after this call: the ring copies it). */
+  received (stream: StreamName, bytes: Buffer): void {
+    this.output.append(stream, bytes)
+    this.#notify()
+  }
+
+  /** Resolves once `reader` has closed: all of the stream's output is in. */
+  async #follow (stream: StreamName, reader: OutputSocket['reader']): Promise<void> {
+    await new Promise<void>((resolve) => {
+      reader.once('close', resolve)
+      // A reset by a writer that went away is an end like any other.
+      reader.on('error', () => {})
     })
-    readable?.once('close', () => this.output.endStream(stream))
+    this.output.endStream(stream)
   }
 
   #finish (exitCode: number | undefined, signal: string | undefined): void {

@@ -20,6 +20,8 @@ let execaModule: Promise<typeof import('execa')> | undefined
 /** execa is loaded on the first start: its many modules would otherwise cost every service start-up. */
 const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
 import { ManagedProcess } from './managed-process.ts'
+import type { StreamName } from './output-ring.ts'
+import { OutputSockets } from './output-sockets.ts'
 import type { ProcessRecords } from './process-records.ts'
 
 export interface StartRequest {
@@ -53,6 +55,7 @@ export class ProcessTable {
   readonly #byWorkspace = new Map<string, Map<string, ManagedProcess>>()
   /** Starts under way per workspace: they count against max_per_workspace before they run. */
   readonly #starting = new Map<string, number>()
+  readonly #outputSockets = new OutputSockets()
   #closed = false
 
   constructor (options: ProcessTableOptions) {
@@ -62,7 +65,7 @@ export class ProcessTable {
 
   /** Starts `request.command` in the workspace (a persistent one is made on first use, as any call does). */
   async start (place: ProcessPlace, request: StartRequest): Promise<ManagedProcess> {
-    const { config, denylist, store, runner } = this.#options
+    const { config, denylist, store } = this.#options
     checkShellCommand(request.command, denylist)
     if (this.#closed) throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
     const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id)
@@ -74,37 +77,70 @@ export class ProcessTable {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
       this.#starting.set(dir, starting + 1)
-      let launch
+      let started: ManagedProcess | undefined
+      let parts
       try {
-        launch = await runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir })
+        parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes))
       } finally {
         this.#decrementStarting(dir)
       }
-      const { execa } = await loadExeca()
       const endChange = usageOf(dir).beginChange()
-      const started = new ManagedProcess({
-        execa,
-        id: `p_${randomBytes(6).toString('hex')}`,
-        workspace: place.id,
-        command: request.command,
-        launch,
-        stdin: request.stdin === true,
-        timeoutMs: effectiveTimeout(request.timeout, config) * 1000,
-        maxOutputBytes: config.max_output_bytes,
-        onEnd: () => {
-          endChange({ rescan: place.id !== null })
-          void lease?.release()
-          this.#evictEnded(dir, place)
-        },
-      })
+      try {
+        started = new ManagedProcess({
+          ...parts,
+          command: request.command,
+          stdin: request.stdin === true,
+          timeoutMs: effectiveTimeout(request.timeout, config) * 1000,
+          maxOutputBytes: config.max_output_bytes,
+          onEnd: () => {
+            endChange({ rescan: place.id !== null })
+            void lease?.release()
+            this.#evictEnded(dir, place)
+          },
+        })
+      } catch (error) {
+        endChange({ rescan: false })
+        if (place.id !== null) await this.#options.records.remove(place.tenant, place.id, parts.id).catch(() => {})
+        throw error
+      }
       const table = this.#byWorkspace.get(dir) ?? new Map<string, ManagedProcess>()
       this.#byWorkspace.set(dir, table.set(started.id, started))
-      if (place.id !== null) await this.#record(place.tenant, place.id, started)
       return started
     } catch (error) {
       await lease?.release()
       throw error
     }
+  }
+
+  /**
+   * What a start needs, made side by side: the sandbox's launch, the output
+   * sockets, execa, and (in a persistent workspace) the record that tells
+   * other instances where the process runs, written before the start is
+   * answered. What was made goes again when any part fails.
+   */
+  async #prepare (place: ProcessPlace, dir: string, request: StartRequest, received: (stream: StreamName, bytes: Buffer) => void) {
+    const { records, runner, self } = this.#options
+    const id = `p_${randomBytes(6).toString('hex')}`
+    const startedAt = new Date()
+    const record = place.id === null
+      ? undefined
+      : { tenant: place.tenant, workspace: place.id, record: { id, workspace: place.id, command: request.command, started_at: startedAt.toISOString(), owner: self } }
+    const [launch, stdout, stderr, execa, recorded] = await Promise.allSettled([
+      runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir }),
+      this.#outputSockets.pair((bytes) => received('stdout', bytes)),
+      this.#outputSockets.pair((bytes) => received('stderr', bytes)),
+      loadExeca(),
+      record && this.#options.records.write(record.tenant, record.record),
+    ])
+    if (launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled') {
+      return { id, workspace: place.id, startedAt, launch: launch.value, output: { stdout: stdout.value, stderr: stderr.value }, execa: execa.value.execa }
+    }
+    if (launch.status === 'fulfilled') launch.value.release()
+    for (const pair of [stdout, stderr]) {
+      if (pair.status === 'fulfilled') for (const end of [pair.value.reader, pair.value.writer]) end.destroy()
+    }
+    if (record && recorded.status === 'fulfilled') await records.remove(record.tenant, record.workspace, id).catch(() => {})
+    throw [launch, stdout, stderr, execa, recorded].find((part) => part.status === 'rejected')?.reason
   }
 
   /** A process of the workspace at `dir` that this instance runs (or ran, and still keeps). */
@@ -129,6 +165,7 @@ export class ProcessTable {
   async close (): Promise<void> {
     this.#closed = true
     await Promise.all([...this.#all()].map((each) => each.kill('KILL')))
+    await this.#outputSockets.close()
   }
 
   #running (dir: string): number {
@@ -141,21 +178,6 @@ export class ProcessTable {
     const left = (this.#starting.get(dir) ?? 1) - 1
     if (left > 0) this.#starting.set(dir, left)
     else this.#starting.delete(dir)
-  }
-
-  /**
-   * Records which instance runs a persistent workspace's process, before
-   * its start is answered: any instance asked about it next finds it. A
-   * process that cannot be recorded is stopped.
-   */
-  async #record (tenant: string, workspace: string, started: ManagedProcess): Promise<void> {
-    const { id, command } = started
-    try {
-      await this.#options.records.write(tenant, { id, workspace, command, started_at: started.startedAt.toISOString(), owner: this.#options.self })
-    } catch (error) {
-      await started.kill('KILL')
-      throw error
-    }
   }
 
   /** Forgets the oldest ended processes beyond keep_ended, with their records. */
