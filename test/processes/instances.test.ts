@@ -100,6 +100,11 @@ describe('processes across instances sharing one root', () => {
     const listed = await call(b, 'POST', '/v1/tools/process_list/execute', { arguments: {}, workspace: 'w1' })
     expect(listed.body['result'].processes).toEqual([expect.objectContaining({ process_id: id, state: 'running' })])
 
+    // Input through a batch on the other instance: the call is answered by the owner, its output with it.
+    const batch = await call(b, 'POST', '/v1/tool-calls', { workspace: 'w1', calls: [{ id: 'c1', name: 'process_input', arguments: { process_id: id, input: 'via batch\n', wait_ms: 2000 } }] })
+    expect(batch.status, JSON.stringify(batch.body)).toBe(200)
+    expect(batch.body['results'][0]).toMatchObject({ ok: true, result: { process_id: id, state: 'running', output: 'via batch\n' } })
+
     // Another tenant does not see it, on either instance.
     expect((await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`, undefined, 'token-other')).status).toBe(404)
     expect((await call(a, 'GET', `/v1/workspaces/w1/processes/${id}`, undefined, 'token-other')).status).toBe(404)
@@ -110,6 +115,8 @@ describe('processes across instances sharing one root', () => {
     const killed = await call(b, 'POST', `/v1/workspaces/w1/processes/${id}/kill`, {})
     expect(killed).toMatchObject({ status: 200, body: { id, state: 'killed', signal: 'TERM', exit_code: null } })
     expect(await call(a, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ body: { state: 'killed' } })
+    const killedTool = await call(b, 'POST', '/v1/tools/process_kill/execute', { arguments: { process_id: id }, workspace: 'w1' })
+    expect(killedTool.body['result']).toMatchObject({ process_id: id, state: 'killed', exit_code: null })
 
     // A process on `a`, then `a` stops: it is lost, as seen from `b`.
     const marker = uniqueSleepSeconds()
