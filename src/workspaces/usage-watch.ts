@@ -1,22 +1,19 @@
 /**
  * A workspace's usage kept per directory (the regular files directly in
  * each, and their bytes), with an inotify watch on every directory
- * (Node's fs.watch, one per directory, not recursive), so that after a call
- * that may have changed the tree only the directories it changed are listed
- * again, not the whole tree. Memory grows with the directories, not the files.
+ * (usage-inotify.ts), so that after a call that may have changed the tree
+ * only the directories it changed are listed again, not the whole tree.
+ * Memory grows with the directories, not the files.
  *
- * - Every watch of this process shares one inotify descriptor (libuv keeps
- *   one per event loop), whose events the kernel queues in order. So once
- *   the event of a marker file made after a call ended has arrived
- *   (`eventsDelivered`), every event of that call has too.
+ * - A catch-up first waits for a marker (usage-marker.ts) that proves every
+ *   event of the change has arrived.
  * - A directory is watched before it is listed: a change made after the
  *   listing began is reported, one made before is in the listing.
  * - Where the events cannot be trusted, the caller falls back to listing
  *   everything (`scanAll`): a watch that cannot be set up (the kernel's
  *   max_user_watches, or this instance's `watchLimit`), a watch
  *   that failed, a marker that did not arrive, or so many events since the
- *   change began that the kernel's queue may have overflowed (libuv drops
- *   the overflow event, so it is inferred from the count).
+ *   change began that the kernel's queue may have overflowed.
  * - Directories are entered through descriptors (TreeCursor), never through
  *   a symlink, and watched through the descriptor: a directory swapped for a
  *   link cannot move a watch outside the workspace.
@@ -26,129 +23,13 @@
  *   nothing reported (a new link reports only its own directory), so a
  *   catch-up that finds one answers false and the caller lists everything.
  */
-import { type FSWatcher, lstatSync, type Stats, mkdtempSync, readFileSync, rmSync, statSync, watch } from 'node:fs'
-import { readdir, unlink, writeFile } from 'node:fs/promises'
-import os from 'node:os'
-import path from 'node:path'
-import { setImmediate as nextTurn } from 'node:timers/promises'
 import { TreeCursor } from '../workspace-fs/tree-cursor.ts'
 import type { TreeSize } from './directory-size.ts'
+import { type DirectoryNode, depthOf, identityOf, listDirectory, namesTo, newNode, sameIdentity } from './usage-directory.ts'
+import { eventCount, mayHaveOverflowed, unwatchDirectory, watchDirectory } from './usage-inotify.ts'
+import { eventsDelivered } from './usage-marker.ts'
 
-/** Directories this instance watches at most, over all workspaces; a workspace that would go over is counted by full scans. (An object so that a test can lower it.) */
-export const watchLimit = { directories: 65_536 }
-/** How long a marker's event may take before the events are taken as lost (the caller then lists everything). */
-const MARKER_TIMEOUT_MS = 2_000
-/** Entries whose sizes are asked in one event-loop turn (as in directory-size.ts). */
-const ENTRIES_PER_TURN = 256
-
-interface Identity {
-  dev: number
-  ino: number
-}
-
-interface DirectoryNode {
-  readonly name: string
-  readonly parent: DirectoryNode | undefined
-  identity: Identity | undefined
-  /** Regular files directly in this directory, and their bytes. */
-  files: number
-  bytes: number
-  readonly children: Map<string, DirectoryNode>
-  watcher: FSWatcher | undefined
-  /** Listed at least once (its children are known). */
-  listed: boolean
-  /** The inodes of its regular files that have other hard links. */
-  linkedInodes: Set<number> | undefined
-  /** Dropped from the tree. */
-  gone: boolean
-}
-
-// ---- The process's watch bookkeeping, shared by every workspace. ----
-
-let watchedDirectories = 0
-/** Events delivered to this module's watches, for the overflow inference. */
-let eventsSeen = 0
-const queueLimit = readQueueLimit()
-
-function readQueueLimit (): number {
-  try {
-    return Number(readFileSync('/proc/sys/fs/inotify/max_queued_events', 'utf8').trim()) || 16_384
-  } catch {
-    return 16_384
-  }
-}
-
-/** Directories watched now by this instance (for tests and measurements). */
-export function watchedDirectoryCount (): number {
-  return watchedDirectories
-}
-
-/** Events since `since` that may mean the queue overflowed: half the kernel's queue, as some queued events are never counted (those of watches removed meanwhile). */
-function mayHaveOverflowed (since: number): boolean {
-  return eventsSeen - since >= queueLimit / 2
-}
-
-class Markers {
-  #dir: string | undefined
-  #watcher: FSWatcher | undefined
-  #next = 0
-  readonly #waiting = new Map<string, () => void>()
-
-  /**
-   * Resolves true once every event of a change made before the call has
-   * been delivered (a marker made now has come back); false when the
-   * marker did not arrive in time or could not be made.
-   */
-  async delivered (): Promise<boolean> {
-    try {
-      this.#open()
-    } catch {
-      return false
-    }
-    const name = `m${this.#next++}`
-    const file = path.join(this.#dir as string, name)
-    let timer: NodeJS.Timeout | undefined
-    const arrived = new Promise<boolean>((resolve) => {
-      this.#waiting.set(name, () => resolve(true))
-      timer = setTimeout(() => resolve(false), MARKER_TIMEOUT_MS)
-    })
-    try {
-      await writeFile(file, '')
-      return await arrived
-    } catch {
-      return false
-    } finally {
-      clearTimeout(timer)
-      this.#waiting.delete(name)
-      // Not awaited: the answer is known, and the marker's removal holds nothing up.
-      unlink(file).catch(() => {})
-    }
-  }
-
-  #open (): void {
-    if (this.#watcher) return
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'toolport-usage-markers-'))
-    try {
-      this.#watcher = watch(dir, { persistent: false }, (_event, name) => {
-        eventsSeen++
-        if (name !== null) this.#waiting.get(name)?.()
-      })
-    } catch (error) {
-      rmSync(dir, { recursive: true, force: true })
-      throw error
-    }
-    this.#watcher.on('error', () => {
-      this.#watcher?.close()
-      this.#watcher = undefined
-    })
-    this.#dir = dir
-    process.once('exit', () => rmSync(dir, { recursive: true, force: true }))
-  }
-}
-
-const markers = new Markers()
-
-// ---- One workspace's tree. ----
+export { watchedDirectoryCount, watchLimit } from './usage-inotify.ts'
 
 export class WatchedTree {
   readonly #root: string
@@ -162,7 +43,7 @@ export class WatchedTree {
   /** A watch could not be set up or failed: the events no longer tell every change. */
   #broken = false
   #closed = false
-  /** `eventsSeen` when the oldest change not yet caught up with began. */
+  /** `eventCount()` when the oldest change not yet caught up with began. */
   #changeBegan: number | undefined
   /** A listing found a hard link it did not know: its partner's directory may hold a change no event reported. */
   #newLinks = false
@@ -188,7 +69,7 @@ export class WatchedTree {
 
   /** A call that may change the tree begins: its events are counted from here. */
   changeBegins (): void {
-    this.#changeBegan ??= eventsSeen
+    this.#changeBegan ??= eventCount()
   }
 
   /** A file tool's write landed in `directory` (relative to the root). Under the quota lock. */
@@ -210,9 +91,9 @@ export class WatchedTree {
    */
   async catchUp (stillChanging: boolean): Promise<boolean> {
     if (!this.watching) return false
-    if (!await markers.delivered()) return false
+    if (!await eventsDelivered()) return false
     if (this.#changeBegan !== undefined && mayHaveOverflowed(this.#changeBegan)) return false
-    this.#changeBegan = stillChanging ? eventsSeen : undefined
+    this.#changeBegan = stillChanging ? eventCount() : undefined
     if (!this.watching) return false
     const batch = [...this.#dirty, ...this.#linked]
     this.#dirty = new Set()
@@ -282,8 +163,7 @@ export class WatchedTree {
 
   /** Lists one directory again, reached from the root by its names; a directory that is not where it was sends its parent to be listed. */
   async #relist (node: DirectoryNode): Promise<void> {
-    const names: string[] = []
-    for (let at: DirectoryNode | undefined = node; at?.parent; at = at.parent) names.unshift(at.name)
+    const names = namesTo(node)
     const cursor = await TreeCursor.open(this.#root)
     if (!cursor) return this.#dropAll()
     try {
@@ -309,21 +189,10 @@ export class WatchedTree {
   async #enterHere (cursor: TreeCursor, node: DirectoryNode): Promise<void> {
     node.identity ??= identityOf(cursor.here)
     if (node.watcher || this.#broken || this.#closed) return
-    if (watchedDirectories >= watchLimit.directories) {
-      this.#broken = true
-      return
-    }
-    try {
-      node.watcher = watch(cursor.here, { persistent: false }, () => {
-        eventsSeen++
-        if (!node.gone) this.#dirty.add(node)
-      })
-      watchedDirectories++
-      node.watcher.on('error', () => { this.#broken = true })
-    } catch {
-      // ENOSPC (the kernel's max_user_watches) or anything else: the events cannot tell every change.
-      this.#broken = true
-    }
+    node.watcher = watchDirectory(cursor.here, () => {
+      if (!node.gone) this.#dirty.add(node)
+    }, () => { this.#broken = true })
+    if (!node.watcher) this.#broken = true
   }
 
   /**
@@ -364,36 +233,18 @@ export class WatchedTree {
 
   /** Counts the directory's own files into its figure and reconciles its children; answers the children to walk into. */
   async #list (cursor: TreeCursor, node: DirectoryNode, deep: boolean): Promise<DirectoryNode[]> {
-    const entries = await readdir(cursor.here, { withFileTypes: true }).catch(() => [])
-    const own: TreeSize = { files: 0, bytes: 0 }
-    const present = new Map<string, Identity>()
-    const links = new Set<number>()
-    for (let start = 0; start < entries.length; start += ENTRIES_PER_TURN) {
-      if (start > 0) await nextTurn()
-      for (const entry of entries.slice(start, start + ENTRIES_PER_TURN)) {
-        if (!entry.isFile() && !entry.isDirectory()) continue
-        // lstat: the entry may have changed since it was listed.
-        const stats = lstatOrNull(cursor.at(entry.name))
-        if (stats?.isFile()) {
-          own.files++
-          own.bytes += stats.size
-          if (stats.nlink > 1) links.add(stats.ino)
-        } else if (stats?.isDirectory()) {
-          present.set(entry.name, { dev: stats.dev, ino: stats.ino })
-        }
-      }
-    }
-    this.#total.files += own.files - node.files
-    this.#total.bytes += own.bytes - node.bytes
-    node.files = own.files
-    node.bytes = own.bytes
-    for (const ino of links) if (!node.linkedInodes?.has(ino)) this.#newLinks = true
-    node.linkedInodes = links.size > 0 ? links : undefined
+    const listing = await listDirectory(cursor)
+    this.#total.files += listing.files - node.files
+    this.#total.bytes += listing.bytes - node.bytes
+    node.files = listing.files
+    node.bytes = listing.bytes
+    for (const ino of listing.links) if (!node.linkedInodes?.has(ino)) this.#newLinks = true
+    node.linkedInodes = listing.links.size > 0 ? listing.links : undefined
     if (node.linkedInodes) this.#linked.add(node)
     else this.#linked.delete(node)
     const toVisit: DirectoryNode[] = []
     for (const [name, child] of node.children) {
-      const identity = present.get(name)
+      const identity = listing.subdirectories.get(name)
       if (!identity || !sameIdentity(identity, child.identity)) {
         this.#drop(child)
         node.children.delete(name)
@@ -401,7 +252,7 @@ export class WatchedTree {
         toVisit.push(child)
       }
     }
-    for (const [name, identity] of present) {
+    for (const [name, identity] of listing.subdirectories) {
       if (node.children.has(name)) continue
       const child = newNode(name, node)
       child.identity = identity
@@ -419,9 +270,8 @@ export class WatchedTree {
     for (let next = pending.pop(); next; next = pending.pop()) {
       next.gone = true
       if (next.watcher) {
-        next.watcher.close()
+        unwatchDirectory(next.watcher)
         next.watcher = undefined
-        watchedDirectories--
       }
       this.#total.files -= next.files
       this.#total.bytes -= next.bytes
@@ -430,36 +280,5 @@ export class WatchedTree {
       this.#linked.delete(next)
       pending.push(...next.children.values())
     }
-  }
-}
-
-function newNode (name: string, parent: DirectoryNode | undefined): DirectoryNode {
-  return { name, parent, identity: undefined, files: 0, bytes: 0, children: new Map(), watcher: undefined, listed: false, linkedInodes: undefined, gone: false }
-}
-
-function depthOf (node: DirectoryNode): number {
-  let depth = 0
-  for (let at = node.parent; at; at = at.parent) depth++
-  return depth
-}
-
-function identityOf (at: string): Identity | undefined {
-  try {
-    const { dev, ino } = statSync(at)
-    return { dev, ino }
-  } catch {
-    return undefined
-  }
-}
-
-function sameIdentity (found: Identity | undefined, expected: Identity | undefined): boolean {
-  return found !== undefined && expected !== undefined && found.dev === expected.dev && found.ino === expected.ino
-}
-
-function lstatOrNull (at: string): Stats | null {
-  try {
-    return lstatSync(at, { throwIfNoEntry: false, bigint: false }) ?? null
-  } catch {
-    return null
   }
 }
