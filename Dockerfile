@@ -5,14 +5,16 @@
 # The root filesystem can be read-only: the service writes only to the
 # workspace volume and /tmp (a tmpfs). docs/DEPLOY.md has the details.
 
-# Stage 1: compile TypeScript with the dev dependencies.
+# Stage 1: `npm run build` with the dev dependencies: tsc checks the types,
+# rolldown bundles the service into dist/bundle (scripts/rolldown.config.ts).
 FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
+COPY scripts/rolldown.config.ts ./scripts/
 COPY src ./src
-RUN npx tsc -p tsconfig.build.json
+RUN npm run build
 
 # Stage 2: the production dependencies only.
 FROM node:24-bookworm-slim AS deps
@@ -31,8 +33,9 @@ RUN apt-get update \
   && mkdir -p /var/lib/toolport/workspaces /etc/toolport \
   && chown -R toolport:toolport /var/lib/toolport
 WORKDIR /app
+# The production node_modules: the bundle leaves out the packages that read files beside their own code (pino's workers, the Swagger UI's static files).
 COPY --from=deps /app/node_modules ./node_modules
-COPY --from=build /app/dist/src ./dist/src
+COPY --from=build /app/dist/bundle ./dist/bundle
 COPY package.json ./
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
@@ -45,4 +48,4 @@ HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--"]
 # A young generation of at most 8 MiB: see docs/PERFORMANCE.md (every process a tool starts copies the page tables of the service).
-CMD ["node", "--max-semi-space-size=8", "dist/src/server.js", "--config", "/etc/toolport/toolport.yaml"]
+CMD ["node", "--max-semi-space-size=8", "dist/bundle/server.js", "--config", "/etc/toolport/toolport.yaml"]

@@ -65,14 +65,14 @@ describe('Dockerfile', () => {
 
   it('has a HEALTHCHECK on /healthz and starts the built server', () => {
     expect(finalOf('HEALTHCHECK').at(-1)?.args).toMatch(/\/healthz/)
-    expect(finalOf('CMD').at(-1)?.args).toContain('dist/src/server.js')
+    expect(finalOf('CMD').at(-1)?.args).toContain('dist/bundle/server.js')
   })
 
   it('starts node with the same flags as `npm start` (what the benchmark measures)', () => {
     const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
     const flags = pkg.scripts.start.split(' ').filter((word) => word.startsWith('--'))
     expect(flags).toEqual(['--max-semi-space-size=8'])
-    expect(JSON.parse(finalOf('CMD').at(-1)?.args ?? '[]')).toEqual(['node', ...flags, 'dist/src/server.js', '--config', '/etc/toolport/toolport.yaml'])
+    expect(JSON.parse(finalOf('CMD').at(-1)?.args ?? '[]')).toEqual(['node', ...flags, 'dist/bundle/server.js', '--config', '/etc/toolport/toolport.yaml'])
   })
 
   it('copies only files that exist, and the build context is limited by .dockerignore', () => {

@@ -70,7 +70,7 @@ describe('kubernetes manifests', () => {
   it('the ConfigMap holds a config that passes the service validation and listens for the Service', () => {
     expect(config.server.host).toBe('0.0.0.0')
     expect(container.ports[0].containerPort).toBe(config.server.port)
-    expect(container.args).toEqual(['node', '--max-semi-space-size=8', 'dist/src/server.js', '--config', '/etc/toolport/toolport.yaml'])
+    expect(container.args).toEqual(['node', '--max-semi-space-size=8', 'dist/bundle/server.js', '--config', '/etc/toolport/toolport.yaml'])
     const configMount = container.volumeMounts.find((m: { name: string }) => m.name === 'config')
     expect(configMount.mountPath).toBe('/etc/toolport')
   })

@@ -1,4 +1,4 @@
-/** The built server, started as a user would: `node dist/src/server.js` with env and a config file. */
+/** The built server, started as a user would: `node dist/bundle/server.js` with env and a config file. */
 import { readdirSync, readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { startServer, waitReady } from '../support/server-process.ts'

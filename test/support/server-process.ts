@@ -1,4 +1,4 @@
-/** Starting the built server (dist/) as a user would, on a free port, for end-to-end tests. */
+/** Starting the built server as a user would (the bundle `npm start` runs), on a free port, for end-to-end tests. */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { writeFile } from 'node:fs/promises'
 import net from 'node:net'
@@ -6,7 +6,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { onCleanup, tempDir } from './temp.ts'
 
-export const SERVER_ENTRY = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'src', 'server.js')
+export const SERVER_ENTRY = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'bundle', 'server.js')
 
 export function freePort (): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -26,7 +26,7 @@ export interface RunningServer {
   exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
 }
 
-/** Starts `node dist/src/server.js` with a config file (object → JSON), HOST and PORT (`env.PORT`, or a free one). */
+/** Starts `node dist/bundle/server.js` with a config file (object → JSON), HOST and PORT (`env.PORT`, or a free one). */
 export async function startServer (config: Record<string, unknown> | null, env: Record<string, string> = {}): Promise<RunningServer> {
   const dir = await tempDir('toolport-e2e-')
   const port = env['PORT'] === undefined ? await freePort() : Number(env['PORT'])
