@@ -1,6 +1,6 @@
 /**
  * Processes that outlive a request (issue 15): the budget, measured against
- * the built server (dist/src/server.js, with `npm start`'s node flags,
+ * the built server (the bundle, dist/bundle/server.js, with `npm start`'s node flags,
  * sandbox `auto`) in one run:
  *   (a) starting `echo hi` as a process and reading its first output (REST:
  *       start, then long-poll the output; and the process_start tool with
@@ -24,10 +24,9 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { execa } from 'execa'
-import { peakRss, rssMiB, startNode } from './bench-support.ts'
+import { peakRss, rssMiB, SERVICE_ENTRY as SERVER, startNode } from './bench-support.ts'
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
-const SERVER = path.join(ROOT, 'dist', 'src', 'server.js')
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 30)
 const SPAWNS = Number(process.env['BENCH_SPAWNS'] ?? 20)
 const MiB = 1024 * 1024

@@ -2,7 +2,7 @@
  * Repo-scale workspaces (issue 14): the same operations in a workspace of
  * 10 files and one of 50,000 (a node_modules of 100 packages × 500 files of
  * 200 bytes), interleaved in one run against the built server
- * (dist/src/server.js), reporting the median of each and the ratio
+ * (the bundle, dist/bundle/server.js), reporting the median of each and the ratio
  * big/small; then the archive download of both and of a 1 GiB workspace,
  * with the server's RSS growth. Prints PASS/MISS against the issue's budget.
  *
@@ -15,11 +15,8 @@ import { randomBytes } from 'node:crypto'
 import { mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { peakRss, rssMiB, startNode } from './bench-support.ts'
+import { peakRss, rssMiB, SERVICE_ENTRY as SERVER, startNode } from './bench-support.ts'
 
-const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
-const SERVER = path.join(ROOT, 'dist', 'src', 'server.js')
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 15)
 const THINK_MS = Number(process.env['BENCH_THINK_MS'] ?? 1500)
 const MiB = 1024 * 1024

@@ -6,7 +6,12 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { closeSync, openSync, readFileSync } from 'node:fs'
 import net from 'node:net'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
+
+/** The service as `npm start`, the bin and the image run it: the bundle of `npm run build` (scripts/rolldown.config.ts). */
+export const SERVICE_ENTRY = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'bundle', 'server.js')
 
 export interface Child {
   child: ChildProcess

@@ -4,7 +4,7 @@
  * with tracing on to a local OTLP/HTTP receiver, and with tracing off and a
  * fresh Idempotency-Key on every call ("keyed"), in alternating rounds of
  * one run. With
- * BENCH_BASELINE=<path to another build's dist/src/server.js> (the code
+ * BENCH_BASELINE=<path to another build's entry (dist/bundle/server.js)> (the code
  * before tracing, say, built in a git worktree) that build is measured in the
  * same rounds, for "off costs what it did before". BENCH_SECONDS (default 3),
  * BENCH_ROUNDS (default 4), BENCH_CONNECTIONS (default 1).
@@ -17,11 +17,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import type net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
+import { SERVICE_ENTRY as SERVER } from './bench-support.ts'
 
-const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
-const SERVER = path.join(ROOT, 'dist', 'src', 'server.js')
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3)
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 4)
 const CONNECTIONS = Number(process.env['BENCH_CONNECTIONS'] ?? 1)

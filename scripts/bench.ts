@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: Toolport's performance budget, measured in one run
- * against the built server (dist/, with `npm start`'s node flags), a bare
- * Fastify server started the same way (scripts/bench-bare.ts, built) and
+ * against the built server (the bundle, with `npm start`'s node flags), a
+ * bare Fastify server bundled and started the same way
+ * (scripts/bench-bare.ts; BENCH_BARE=tsc takes its tsc build instead) and
  * raw spawns. Prints each measure, and each budget with PASS or MISS
  * (docs/PERFORMANCE.md). BENCH_SECONDS sets the length of each load run
  * (default 3), BENCH_ROUNDS how many alternating runs of each side are
@@ -13,12 +14,14 @@ import os from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
-import { type Child, load, type LoadResult, peakRss, rssMiB, spawnLoop, startNode } from './bench-support.ts'
+import { build } from 'rolldown'
+import { type Child, load, type LoadResult, peakRss, rssMiB, SERVICE_ENTRY as SERVER, spawnLoop, startNode } from './bench-support.ts'
+import { bundleOf } from './rolldown.config.ts'
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
-const SERVER = path.join(ROOT, 'dist', 'src', 'server.js')
-/** The baseline as built JavaScript, like the service: no type stripping on one side only. */
-const BARE = path.join(ROOT, 'dist', 'scripts', 'bench-bare.js')
+/** The baseline built like the service, bundled with the same options: no module-loading advantage on one side only. */
+const BARE_BUNDLE = bundleOf(path.join(ROOT, 'scripts', 'bench-bare.ts'), path.join(ROOT, 'dist', 'bundle-bare'))
+const BARE = process.env['BENCH_BARE'] === 'tsc' ? path.join(ROOT, 'dist', 'scripts', 'bench-bare.js') : path.join(BARE_BUNDLE.output.dir ?? '', 'bench-bare.js')
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3)
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 4)
 const START_ROUNDS = Number(process.env['BENCH_START_ROUNDS'] ?? 10)
@@ -245,6 +248,8 @@ async function main (): Promise<void> {
   const servers: Child[] = []
   try {
     console.log(`Node ${process.version}, ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown CPU'}, ${Math.round(os.totalmem() / 1024 ** 3)} GiB RAM, ${SECONDS} s per run`)
+    await build({ ...BARE_BUNDLE, logLevel: 'warn' })
+    console.log(`bare server: ${path.relative(ROOT, BARE)}`)
     await benchStart(dir)
     if (ONLY_START) return printTable()
 
