@@ -29,9 +29,8 @@ import type { PidsCgroups, RunCgroup } from './pids-cgroup.ts'
 import { runPrepared } from './process.ts'
 import { commandNameOf, signalRunTree } from './process-tree.ts'
 import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
+import { BWRAP } from './programs.ts'
 import type { NetworkLease, WorkspaceNetworks } from './workspace-network.ts'
-
-export const BWRAP = '/usr/bin/bwrap'
 
 const MASKS = ['/root', '/home', '/run', '/var/run', '/etc/shadow', '/etc/gshadow']
 

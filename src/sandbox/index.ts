@@ -14,7 +14,8 @@ import { PidsCgroups } from './pids-cgroup.ts'
 import { PlainRunner } from './plain-runner.ts'
 import { runPrepared } from './process.ts'
 import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
-import { NSENTER, nsenterAvailable, type WorkspaceNetworks } from './workspace-network.ts'
+import { NSENTER } from './programs.ts'
+import { nsenterAvailable, type WorkspaceNetworks } from './workspace-network.ts'
 
 export type { ProcessRunner } from './types.ts'
 

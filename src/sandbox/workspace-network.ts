@@ -23,9 +23,7 @@
 import { spawn } from 'node:child_process'
 import { closeSync, existsSync, openSync } from 'node:fs'
 import { once } from 'node:events'
-import { BWRAP } from './bwrap-runner.ts'
-
-export const NSENTER = '/usr/bin/nsenter'
+import { BWRAP, NSENTER } from './programs.ts'
 
 /** A network nothing has joined for this long is closed (a later command makes a new one). */
 const DEFAULT_IDLE_MS = 5 * 60 * 1000
