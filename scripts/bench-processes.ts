@@ -3,9 +3,11 @@
  * the built server (the bundle, dist/bundle/server.js, with `npm start`'s node flags,
  * sandbox `auto`) in one run:
  *   (a) starting `echo hi` as a process and reading its first output (REST:
- *       start, then long-poll the output; and the process_start tool with
- *       yield_ms) against an exec_shell of the same command, in alternating
- *       rounds: medians and ratio;
+ *       start, then long-poll the output; the tools: process_start with
+ *       yield_ms 0, then process_output with wait_ms) against an exec_shell
+ *       of the same command, in alternating rounds: medians and ratio; and,
+ *       reported only, process_start waiting (yield_ms) for the command's
+ *       end, which also waits for the sandbox to wind down;
  *   (b) the service's RSS growth with 100 idle running processes;
  *   (c) the service's RSS peak while a process prints 1 GiB, and the
  *       dropped_bytes a cursor read from 0 reports afterwards;
@@ -119,13 +121,25 @@ const startWays: Record<string, () => Promise<number>> = {
     }
     return performance.now() - started
   },
-  'process_start tool (yield_ms 5000)': async () => {
+  'process_start (yield_ms 0) + process_output (wait_ms)': async () => {
+    const started = performance.now()
+    let result = (await execute('a', 'process_start', { command: 'echo hi', yield_ms: 0 }))['result'] as Json
+    while (!String(result['output']).includes('hi')) {
+      if (result['state'] !== 'running') throw new Error(`process ${String(result['process_id'])} ended without output: ${JSON.stringify(result)}`)
+      result = (await execute('a', 'process_output', { process_id: result['process_id'], wait_ms: 5000 }))['result'] as Json
+    }
+    return performance.now() - started
+  },
+  'process_start (yield_ms 5000), to its end': async () => {
     const started = performance.now()
     const result = (await execute('a', 'process_start', { command: 'echo hi', yield_ms: 5000 }))['result'] as Json
     if (!String(result['output']).includes('hi')) throw new Error(`process_start: ${JSON.stringify(result)}`)
     return performance.now() - started
   },
 }
+
+/** Ways timed to the command's end rather than its first output: reported, not held to the budget. */
+const TO_THE_END = new Set(['process_start (yield_ms 5000), to its end'])
 
 async function measureStart (): Promise<void> {
   const names = Object.keys(startWays)
@@ -143,7 +157,8 @@ async function measureStart (): Promise<void> {
   judge('exec_shell `echo hi`, median', `${round2(base)} ms`, 'baseline')
   for (const name of names.slice(1)) {
     const ms = median(times.get(name) as number[])
-    judge(`${name}, first output, median`, `${round2(ms)} ms (${round2(ms / base)}×)`, `≤ ${START_BUDGET}× exec_shell`, ms / base <= START_BUDGET)
+    if (TO_THE_END.has(name)) judge(`${name}, median`, `${round2(ms)} ms (${round2(ms / base)}×)`, 'reported')
+    else judge(`${name}, first output, median`, `${round2(ms)} ms (${round2(ms / base)}×)`, `≤ ${START_BUDGET}× exec_shell`, ms / base <= START_BUDGET)
   }
 }
 
