@@ -13,19 +13,18 @@
  * the body of a file is exactly the size its header states, cut or padded
  * with zeros if the file changed meanwhile, so the stream is always a valid
  * archive. Memory does not grow with the workspace: two descriptors, the
- * names of one directory per level of the walk, one chunk of a file at a time.
+ * names of one directory per level of the walk, and one buffer (TarOutput).
  */
 import type { Stats } from 'node:fs'
 import { type FileHandle, lstat, open, readdir, readlink, stat } from 'node:fs/promises'
-import { pipeline, Readable } from 'node:stream'
+import type { Readable } from 'node:stream'
 import { createGzip } from 'node:zlib'
 import type { Logger } from 'pino'
-import { Header, type HeaderData, Pax } from 'tar'
 import { READ_FLAGS } from '../workspace-fs/open.ts'
 import { TreeCursor } from '../workspace-fs/tree-cursor.ts'
+import { TarOutput } from './archive-tar-output.ts'
 
 const BLOCK = 512
-const CHUNK = 64 * 1024
 
 /**
  * The workspace as a gzipped tar stream. An error in any part of it ends
@@ -33,9 +32,10 @@ const CHUNK = 64 * 1024
  */
 export function packWorkspace (workspaceDir: string, log?: Logger): Readable {
   const gzip = createGzip()
-  pipeline(Readable.from(tarStream(workspaceDir), { objectMode: false }), gzip, (error) => {
+  writeTar(workspaceDir, new TarOutput(gzip)).then(() => gzip.end(), (error: NodeJS.ErrnoException) => {
     // A client that goes away mid-download is the usual reason; anything else is worth a line.
-    if (error && error.code !== 'ERR_STREAM_PREMATURE_CLOSE') log?.warn({ err: error }, 'workspace archive cut short')
+    if (error.code !== 'ERR_STREAM_PREMATURE_CLOSE') log?.warn({ err: error }, 'workspace archive cut short')
+    gzip.destroy()
   })
   return gzip
 }
@@ -53,20 +53,22 @@ async function listingOf (cursor: TreeCursor, prefix: string): Promise<Listing> 
   return { names: await readdir(cursor.here).catch(() => []), next: 0, prefix }
 }
 
-async function * tarStream (workspaceDir: string): AsyncGenerator<Buffer> {
+/** The tar stream of the workspace, ending with its two zero blocks, written through `out` (and flushed). */
+async function writeTar (workspaceDir: string, out: TarOutput): Promise<void> {
   const cursor = await TreeCursor.open(workspaceDir).catch(() => null)
   if (cursor) {
     try {
-      yield * entryBlocks(cursor)
+      await writeEntries(cursor, out)
     } finally {
       await cursor.close()
     }
   }
-  yield Buffer.alloc(2 * BLOCK)
+  await out.zeros(2 * BLOCK)
+  await out.flush()
 }
 
 /** Every entry under the cursor's root, depth first. */
-async function * entryBlocks (cursor: TreeCursor): AsyncGenerator<Buffer> {
+async function writeEntries (cursor: TreeCursor, out: TarOutput): Promise<void> {
   const listings = [await listingOf(cursor, '')]
   for (;;) {
     const listing = listings[listings.length - 1] as Listing
@@ -82,25 +84,25 @@ async function * entryBlocks (cursor: TreeCursor): AsyncGenerator<Buffer> {
     const at = cursor.at(name)
     const archiveName = listing.prefix + name
     const info = await lstat(at).catch(() => undefined)
-    if (info?.isFile()) yield * fileBlocks(at, archiveName)
-    else if (info?.isSymbolicLink()) yield * symlinkBlocks(at, archiveName, info)
+    if (info?.isFile()) await writeFileEntry(at, archiveName, out)
+    else if (info?.isSymbolicLink()) await writeSymlinkEntry(at, archiveName, info, out)
     else if (info?.isDirectory() && await cursor.enter(name).catch(() => false)) {
       const directory = await stat(cursor.here).catch(() => info)
-      yield headerBlocks({ path: `${archiveName}/`, type: 'Directory', mode: directory.mode & 0o7777, mtime: directory.mtime })
+      await out.header({ path: `${archiveName}/`, type: 'Directory', mode: directory.mode & 0o7777, mtime: directory.mtime })
       listings.push(await listingOf(cursor, `${archiveName}/`))
     }
     // Anything else (a FIFO, a socket, a device), or an entry gone since it was listed: left out.
   }
 }
 
-async function * symlinkBlocks (at: string, name: string, info: Stats): AsyncGenerator<Buffer> {
+async function writeSymlinkEntry (at: string, name: string, info: Stats, out: TarOutput): Promise<void> {
   // readlink does not follow the link it reads; an entry no longer a link (EINVAL) or gone is left out.
   const target = await readlink(at).catch(() => undefined)
-  if (target !== undefined) yield headerBlocks({ path: name, type: 'SymbolicLink', linkpath: target, mode: 0o777, mtime: info.mtime })
+  if (target !== undefined) await out.header({ path: name, type: 'SymbolicLink', linkpath: target, mode: 0o777, mtime: info.mtime })
 }
 
 /** A regular file: its header, then exactly the size stated there, whatever the file does meanwhile. */
-async function * fileBlocks (at: string, name: string): AsyncGenerator<Buffer> {
+async function writeFileEntry (at: string, name: string, out: TarOutput): Promise<void> {
   let handle: FileHandle
   try {
     handle = await open(at, READ_FLAGS)
@@ -111,29 +113,9 @@ async function * fileBlocks (at: string, name: string): AsyncGenerator<Buffer> {
     const info = await handle.stat().catch(() => undefined)
     // Swapped for something else since it was listed.
     if (!info?.isFile()) return
-    yield headerBlocks({ path: name, type: 'File', size: info.size, mode: info.mode & 0o7777, mtime: info.mtime })
-    let position = 0
-    let ended = false
-    while (position < info.size) {
-      // Zero-filled: once the file ends early (shrunk, or a read failed), the rest of the body is zeros.
-      const chunk = Buffer.alloc(Math.min(CHUNK, info.size - position))
-      const bytesRead = ended ? 0 : await handle.read(chunk, 0, chunk.length, position).then((read) => read.bytesRead, () => 0)
-      if (bytesRead === 0) ended = true
-      const body = ended ? chunk : chunk.subarray(0, bytesRead)
-      position += body.length
-      yield body
-    }
-    const padding = (BLOCK - (info.size % BLOCK)) % BLOCK
-    if (padding > 0) yield Buffer.alloc(padding)
+    await out.header({ path: name, type: 'File', size: info.size, mode: info.mode & 0o7777, mtime: info.mtime })
+    await out.body(handle, info.size)
   } finally {
     await handle.close().catch(() => {})
   }
-}
-
-/** The header block of an entry, after a pax record when a field (a long name, say) does not fit in it. */
-function headerBlocks (data: HeaderData): Buffer {
-  const block = Buffer.alloc(BLOCK)
-  const header = new Header(data)
-  if (!header.encode(block)) return block
-  return Buffer.concat([new Pax({ path: data.path, linkpath: data.linkpath, size: data.size, mtime: data.mtime }).encode(), block])
 }

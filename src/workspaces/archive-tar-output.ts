@@ -1,0 +1,100 @@
+/**
+ * The bytes of a tar stream gathered in one buffer per download, written on
+ * (to gzip) whenever it is full, and filled again only once gzip has taken
+ * them: headers, file bodies (read straight into it) and padding alike.
+ *
+ * Why one buffer: a fresh buffer per chunk would be garbage as soon as gzip
+ * compressed it, but V8 frees such buffers late (by the external memory
+ * they hold, not by their number), so a large download would grow the
+ * process by tens of MiB of buffers waiting to be collected. Gathering also
+ * writes a workspace of many small files to gzip in a few large chunks, not
+ * three small ones per file.
+ */
+import type { FileHandle } from 'node:fs/promises'
+import type { Writable } from 'node:stream'
+import { Header, type HeaderData, Pax } from 'tar'
+
+const BLOCK = 512
+/** The buffer of one download: the largest chunk written to gzip, and the most of a file read at once. */
+export const TAR_BUFFER_BYTES = 64 * 1024
+
+export class TarOutput {
+  readonly #into: Writable
+  readonly #buffer = Buffer.alloc(TAR_BUFFER_BYTES)
+  #filled = 0
+  /** Where a header is encoded before it is copied in (it may need a pax record first). */
+  readonly #header = Buffer.alloc(BLOCK)
+
+  constructor (into: Writable) {
+    this.#into = into
+  }
+
+  /** An entry's header block, after a pax record when a field (a long name, say) does not fit in it. */
+  async header (data: HeaderData): Promise<void> {
+    const block = this.#header.fill(0)
+    if (new Header(data).encode(block)) {
+      await this.#copy(new Pax({ path: data.path, linkpath: data.linkpath, size: data.size, mtime: data.mtime }).encode())
+    }
+    await this.#copy(block)
+  }
+
+  /**
+   * A file's body: exactly `size` bytes read from `handle`, then zeros
+   * should the file end early (shrunk, or a read failed), then the padding
+   * to a whole block: the stream stays a valid archive whatever the file does.
+   */
+  async body (handle: FileHandle, size: number): Promise<void> {
+    let position = 0
+    while (position < size) {
+      const free = await this.#free(size - position)
+      const bytesRead = await handle.read(free, 0, free.length, position).then((read) => read.bytesRead, () => 0)
+      if (bytesRead === 0) break
+      this.#filled += bytesRead
+      position += bytesRead
+    }
+    await this.zeros(size - position + (BLOCK - (size % BLOCK)) % BLOCK)
+  }
+
+  async zeros (length: number): Promise<void> {
+    for (let left = length; left > 0;) {
+      const free = await this.#free(left)
+      free.fill(0)
+      this.#filled += free.length
+      left -= free.length
+    }
+  }
+
+  /** Writes on what is gathered, resolving once it has been taken. */
+  async flush (): Promise<void> {
+    if (this.#filled === 0) return
+    await written(this.#into, this.#buffer.subarray(0, this.#filled))
+    this.#filled = 0
+  }
+
+  async #copy (bytes: Buffer): Promise<void> {
+    for (let at = 0; at < bytes.length;) {
+      const free = await this.#free(bytes.length - at)
+      at += bytes.copy(free, 0, at)
+      this.#filled += free.length
+    }
+  }
+
+  /** The free part of the buffer, at most `most` bytes, writing on what is gathered first when it is full. */
+  async #free (most: number): Promise<Buffer> {
+    if (this.#filled === this.#buffer.length) await this.flush()
+    return this.#buffer.subarray(this.#filled, this.#filled + Math.min(most, this.#buffer.length - this.#filled))
+  }
+}
+
+/** Resolves once `into` has taken `chunk` (gzip: compressed it), rejects when `into` fails or closes first. */
+async function written (into: Writable, chunk: Buffer): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const closed = (): void => { reject(Object.assign(new Error('the archive stream closed early'), { code: 'ERR_STREAM_PREMATURE_CLOSE' })) }
+    into.once('close', closed)
+    into.write(chunk, (error) => {
+      into.off('close', closed)
+      if (error) reject(error)
+      else resolve()
+    })
+  })
+}

@@ -1,0 +1,50 @@
+/**
+ * The archive download's tar stream is gathered in one buffer that gzip is
+ * given whole and that is filled again only once gzip has taken it: a
+ * download holds one buffer whatever the workspace's size (a fresh buffer
+ * per chunk would pile up until V8 collects it), and the archive stays
+ * exact (a buffer filled again too early would corrupt it).
+ */
+import { randomBytes } from 'node:crypto'
+import { mkdir, readFile, readlink, symlink, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { pipeline } from 'node:stream/promises'
+import zlib from 'node:zlib'
+import { extract } from 'tar'
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { packWorkspace } from '../../src/workspaces/archive-pack.ts'
+import { TAR_BUFFER_BYTES } from '../../src/workspaces/archive-tar-output.ts'
+import { tempDir } from '../support/temp.ts'
+
+afterEach(() => { vi.restoreAllMocks() })
+
+describe('packWorkspace', () => {
+  it('gives gzip one buffer, full until the last write, and the archive holds every file exactly', async () => {
+    const workspace = await tempDir()
+    const small = new Map<string, string>()
+    for (let i = 0; i < 300; i++) small.set(`many/f${i}.txt`, `file ${i} `.repeat(i % 7 + 1))
+    await mkdir(path.join(workspace, 'many'))
+    for (const [name, content] of small) await writeFile(path.join(workspace, name), content)
+    const large = randomBytes(3 * TAR_BUFFER_BYTES + 12_345)
+    await writeFile(path.join(workspace, 'large.bin'), large)
+    const longName = `${'n'.repeat(150)}.txt`
+    await writeFile(path.join(workspace, longName), 'a name past the 100 bytes of a tar header')
+    await symlink('large.bin', path.join(workspace, 'link'))
+
+    const writes: Buffer[] = []
+    const write = zlib.Gzip.prototype.write
+    vi.spyOn(zlib.Gzip.prototype, 'write').mockImplementation(function (this: zlib.Gzip, ...args: Parameters<typeof write>) {
+      writes.push(args[0] as Buffer)
+      return write.apply(this, args)
+    })
+    const out = await tempDir()
+    await pipeline(packWorkspace(workspace), extract({ cwd: out }))
+
+    expect(new Set(writes.map((chunk) => chunk.buffer)).size).toBe(1)
+    for (const chunk of writes.slice(0, -1)) expect(chunk.length).toBe(TAR_BUFFER_BYTES)
+    expect(await readFile(path.join(out, 'large.bin'))).toEqual(large)
+    for (const [name, content] of small) expect(await readFile(path.join(out, name), 'utf8')).toBe(content)
+    expect(await readFile(path.join(out, longName), 'utf8')).toBe('a name past the 100 bytes of a tar header')
+    expect(await readlink(path.join(out, 'link'))).toBe('large.bin')
+  })
+})
