@@ -58,9 +58,12 @@ export class ProcessTable {
   readonly #outputSockets = new OutputSockets()
   #closed = false
 
+  /** Should the service exit without closing the table, its processes go with it. */
+  readonly #killAllAtExit = (): void => { for (const each of this.#all()) each.killNow() }
+
   constructor (options: ProcessTableOptions) {
     this.#options = options
-    process.once('exit', () => { for (const each of this.#all()) each.killNow() })
+    process.once('exit', this.#killAllAtExit)
   }
 
   /** Starts `request.command` in the workspace (a persistent one is made on first use, as any call does). */
@@ -166,6 +169,7 @@ export class ProcessTable {
     this.#closed = true
     await Promise.all([...this.#all()].map((each) => each.kill('KILL')))
     await this.#outputSockets.close()
+    process.removeListener('exit', this.#killAllAtExit)
   }
 
   #running (dir: string): number {
