@@ -75,6 +75,16 @@ describe('Dockerfile', () => {
     expect(JSON.parse(finalOf('CMD').at(-1)?.args ?? '[]')).toEqual(['node', ...flags, 'dist/bundle/server.js', '--config', '/etc/toolport/toolport.yaml'])
   })
 
+  it('writes the compile cache as the runtime user, read-only, and ships it with the bundle', () => {
+    // Node keeps a compile cache per uid: one written by another user would never be read.
+    const build = stages.find((stage) => stage[0]?.args.endsWith(' AS build')) ?? []
+    const writer = build.findIndex((i) => i.keyword === 'RUN' && i.args.includes('scripts/write-compile-cache.ts'))
+    expect(writer).toBeGreaterThan(0)
+    expect(build.slice(0, writer).filter((i) => i.keyword === 'USER').at(-1)?.args).toBe(finalOf('USER').at(-1)?.args)
+    expect(build.slice(writer).some((i) => i.keyword === 'RUN' && /chown -R root:root dist\/bundle && chmod -R a\+rX,a-w dist\/bundle\/compile-cache/.test(i.args))).toBe(true)
+    expect(finalOf('COPY').map((c) => c.args)).toContain('--from=build /app/dist/bundle ./dist/bundle')
+  })
+
   it('copies only files that exist, and the build context is limited by .dockerignore', () => {
     for (const copy of all.filter((i) => i.keyword === 'COPY' && !i.args.startsWith('--from='))) {
       const sources = copy.args.split(/\s+/).slice(0, -1)
