@@ -12,6 +12,7 @@ import { installAuth } from './http/plugins/auth.ts'
 import { idempotency } from './http/plugins/idempotency.ts'
 import { docsUi } from './http/plugins/docs-ui.ts'
 import { lazySerializers } from './http/plugins/lazy-serializers.ts'
+import { lazyValidators } from './http/plugins/lazy-validators.ts'
 import { answerClientError } from './http/plugins/client-errors.ts'
 import { requestIdOf } from './execution/request-id.ts'
 import { healthRoutes } from './http/routes/health.ts'
@@ -75,7 +76,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     return503OnClosing: true,
     // close() comes after the drain (server.ts): whatever connection is still open then is idle or a stream.
     forceCloseConnections: true,
-    schemaController: { compilersFactory: { buildSerializer: lazySerializers } },
+    schemaController: { compilersFactory: { buildSerializer: lazySerializers, buildValidator: lazyValidators } },
     // validateSchema: the route schemas are the service's own constants, not worth a meta-schema check at every start.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } },
   })
