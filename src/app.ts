@@ -76,7 +76,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     return503OnClosing: true,
     // close() comes after the drain (server.ts): whatever connection is still open then is idle or a stream.
     forceCloseConnections: true,
-    schemaController: { compilersFactory: { buildSerializer: lazySerializers, buildValidator: lazyValidators } },
+    schemaController: { compilersFactory: { buildSerializer: lazySerializers, buildValidator: lazyValidators() } },
     // validateSchema: the route schemas are the service's own constants, not worth a meta-schema check at every start.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } },
   })
@@ -89,6 +89,11 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   const answered = (): void => { runtime.activeRequests-- }
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
+    // Only a path: an absolute URL (`GET http://host/v1/…`) is routed by its path, but nothing may treat it as one.
+    if (!request.url.startsWith('/')) {
+      done(new ToolError('BadRequest', 'the request target must be a path, not an absolute URL'))
+      return
+    }
     // Count the answers a drain must wait for; an MCP event stream stays open for good and is not one.
     if (request.method !== 'GET' || !request.url.startsWith('/mcp')) {
       runtime.activeRequests++

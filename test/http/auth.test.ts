@@ -4,10 +4,12 @@
  * other's workspaces (404, as if absent).
  */
 import { existsSync } from 'node:fs'
+import net from 'node:net'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { execAs, requestAs } from '../support/requests.ts'
+import { listening } from '../support/listening.ts'
 import { tarOf } from '../support/tarball.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -22,7 +24,39 @@ async function authApp (): Promise<App> {
   return buildTestApp({ auth: { tokens: TOKENS } })
 }
 
+/** Sends `target` as the request target, byte for byte (no client normalises it), and answers the status and body. */
+async function rawRequest (base: string, method: string, target: string, body = ''): Promise<{ status: number, body: string }> {
+  const { port } = new URL(base)
+  const answer = await new Promise<string>((resolve, reject) => {
+    const socket = net.connect(Number(port), '127.0.0.1', () => {
+      socket.write(`${method} ${target} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+    })
+    let text = ''
+    socket.on('data', (chunk) => { text += chunk.toString() })
+    socket.on('end', () => resolve(text))
+    socket.on('error', reject)
+  })
+  return { status: Number(answer.split(' ')[1]), body: answer.slice(answer.indexOf('\r\n\r\n') + 4) }
+}
+
 describe('bearer tokens', () => {
+  it('cannot be skipped by spelling the path another way: an absolute URL is 400, a percent-encoded path needs the token of its route', async () => {
+    const base = await listening(await authApp())
+    const command = JSON.stringify({ arguments: { command: 'echo ran' } })
+    for (const target of ['http://x/v1/tools/exec_shell/execute', 'http://127.0.0.1/mcp']) {
+      const answer = await rawRequest(base, 'POST', target, command)
+      expect(answer.status, target).toBe(400)
+      expect(JSON.parse(answer.body)).toMatchObject({ code: 'BadRequest' })
+      expect(answer.body).not.toContain('ran')
+    }
+    for (const target of ['/%761/tools/exec_shell/execute', '/v%31/tools/exec_shell/execute', '/%6Dcp', '/%6dcp']) {
+      const answer = await rawRequest(base, 'POST', target, command)
+      expect(answer.status, target).toBe(401)
+      expect(answer.body).not.toContain('ran')
+    }
+    expect((await rawRequest(base, 'GET', '/%761/tools')).status).toBe(401)
+  })
+
   it('needs a known Bearer token on every /v1 route; other schemes are 401', async () => {
     const app = await authApp()
     for (const [method, url] of [['GET', '/v1/tools'], ['GET', '/v1/tools/read_file'], ['POST', '/v1/tools/read_file/execute'], ['POST', '/v1/tool-calls'], ['POST', '/v1/workspaces'], ['GET', '/v1/workspaces/x'], ['GET', '/v1/nope']] as const) {

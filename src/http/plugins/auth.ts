@@ -20,8 +20,9 @@ const ANONYMOUS: Principal = { tenant: 'default', scope: () => true, allowedTool
 
 const digest = (token: string): Buffer => createHash('sha256').update(token).digest()
 
-function needsAuth (url: string): boolean {
-  return url.startsWith('/v1/') || url === '/v1' || url.startsWith('/mcp')
+/** Whether a request for `path` (a route's pattern, or the raw path when no route matched) needs a token. */
+function needsAuth (path: string): boolean {
+  return path.startsWith('/v1/') || path === '/v1' || path.startsWith('/mcp')
 }
 
 export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
@@ -34,7 +35,8 @@ export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
   app.decorateRequest('principal', null as unknown as Principal)
   app.addHook('onRequest', async (request: FastifyRequest) => {
     request.principal = ANONYMOUS
-    if (!needsAuth(request.url)) return
+    // The route's own pattern, never the raw URL alone: `/%761/tools` reaches the route `/v1/tools` too.
+    if (!needsAuth(request.routeOptions.url ?? request.url)) return
     const header = request.headers.authorization ?? ''
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header)
     if (!match?.[1]) throw new ToolError('Unauthorized', 'send Authorization: Bearer <token>')
