@@ -16,6 +16,8 @@ export const FORWARDED_HEADER = 'toolport-forwarded'
 const CONNECT_MS = 2000
 /** How long another instance may take to begin its answer, beyond what the request asked it to wait. */
 const ANSWER_MS = 10_000
+/** The longest wait a forwarded request may ask of the owner (the contract's longest long-poll). */
+const MAX_WAIT_MS = 30_000
 /** How long a forwarded event stream may stay silent (its instance sends a comment every 15 s). */
 const STREAM_IDLE_MS = 45_000
 
@@ -60,9 +62,12 @@ export class Peers {
     if (request.lastEventId !== undefined) headers['last-event-id'] = request.lastEventId
     if (request.requestId !== undefined) headers['x-request-id'] = request.requestId
     if (request.body !== undefined) headers['content-type'] = 'application/json'
-    const answerMs = (request.waitMs ?? 0) + ANSWER_MS
+    const answerMs = Math.min(Math.max(0, request.waitMs ?? 0), MAX_WAIT_MS) + ANSWER_MS
+    const url = new URL(request.path, owner)
+    // A path is joined to the owner's address; anything that would leave it is a bug, never sent.
+    if (url.origin !== new URL(owner).origin) throw new Error(`a forwarded path left its instance: ${request.path}`)
     try {
-      const answer = await send(new URL(request.path, owner), {
+      const answer = await send(url, {
         method: request.method,
         headers,
         body: request.body === undefined ? undefined : JSON.stringify(request.body),

@@ -111,8 +111,12 @@ describe('processes across instances sharing one root', () => {
     // `a` requires a token too: the forwarded requests above carried the caller's own. A wrong one goes nowhere.
     expect((await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`, undefined, 'wrong')).status).toBe(401)
 
+    // What a caller adds to the URL is not passed on: the owner is asked with the route's own checked parts.
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${id}?wait_ms=abc`)).toMatchObject({ status: 200, body: { id, state: 'running' } })
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${id}?wait_ms=-20000`)).toMatchObject({ status: 200, body: { id, state: 'running' } })
+
     // Killed through the other instance: killed, never exited.
-    const killed = await call(b, 'POST', `/v1/workspaces/w1/processes/${id}/kill`, {})
+    const killed = await call(b, 'POST', `/v1/workspaces/w1/processes/${id}/kill?wait_ms=abc`, {})
     expect(killed).toMatchObject({ status: 200, body: { id, state: 'killed', signal: 'TERM', exit_code: null } })
     expect(await call(a, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ body: { state: 'killed' } })
     const killedTool = await call(b, 'POST', '/v1/tools/process_kill/execute', { arguments: { process_id: id }, workspace: 'w1' })

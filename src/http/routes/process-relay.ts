@@ -4,33 +4,37 @@
  * answer passed back as it comes, an event stream included.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { KILL_GRACE_MS } from '../../processes/managed-process.ts'
 import { OwnerGone, type Peers } from '../../processes/peers.ts'
 import { wantsEvents } from './process-events.ts'
+
+/** What to ask the owner: the path and query rebuilt from the request's checked parts, never its raw URL. */
+export interface RelayTarget {
+  path: string
+  /** How long the owner may take beyond connecting: the long-poll asked for, a kill's grace. */
+  waitMs: number
+}
 
 /**
  * Relays `request` to the instance at `owner` and answers with what it
  * answered. False, with nothing sent, when that instance does not answer or
  * does not know the process (it was restarted): the process is lost.
  */
-export async function relay (peers: Peers, owner: string, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
+export async function relay (peers: Peers, owner: string, target: RelayTarget, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
   const left = new AbortController()
   reply.raw.once('close', () => { if (!reply.raw.writableFinished) left.abort() })
-  const query = request.query as Record<string, string | undefined>
   const lastEventId = request.headers['last-event-id']
   const events = wantsEvents(request)
   let answer
   try {
     answer = await peers.send(owner, {
       method: request.method === 'POST' ? 'POST' : 'GET',
-      path: request.url,
+      path: target.path,
       credentials: request.headers.authorization,
       body: request.method === 'POST' ? request.body : undefined,
       accept: request.headers.accept,
       lastEventId: Array.isArray(lastEventId) ? lastEventId[0] : lastEventId,
       requestId: request.id,
-      // A long-poll waits as long as it asked; a kill waits for the process to end.
-      waitMs: Number(query['wait_ms'] ?? 0) + KILL_GRACE_MS,
+      waitMs: target.waitMs,
       stream: events,
       signal: left.signal,
     })

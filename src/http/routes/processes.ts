@@ -8,7 +8,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ToolError } from '../../errors.ts'
-import { KILL_SIGNALS, type ManagedProcess, type ProcessInfo } from '../../processes/managed-process.ts'
+import { KILL_GRACE_MS, KILL_SIGNALS, type ManagedProcess, type ProcessInfo } from '../../processes/managed-process.ts'
 import { type Asker, lostInfo } from '../../processes/process-locator.ts'
 import type { Runtime } from '../../runtime.ts'
 import { isForwarded } from '../caller.ts'
@@ -92,12 +92,15 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
    * forwarded to the instance that runs it, and its answer passed on; `lost`
    * (with the process object) when that instance is gone or no longer knows it.
    */
-  const onProcess = async <R>(request: FastifyRequest, reply: FastifyReply, name: string, here: (process: ManagedProcess) => R | Promise<R>, lost: (info: ProcessInfo) => R | Promise<R>): Promise<R | undefined> => {
+  const onProcess = async <R>(request: FastifyRequest, reply: FastifyReply, name: string, forward: { action: string, query?: string, waitMs: number }, here: (process: ManagedProcess) => R | Promise<R>, lost: (info: ProcessInfo) => R | Promise<R>): Promise<R | undefined> => {
     allow(request, name)
     const { id, pid } = request.params as { id: string, pid: string }
     const located = await locator.locate(await askerOf(request, id), pid)
     if (located.where === 'here') return await here(located.process)
-    if (located.where === 'elsewhere' && await relay(locator.peers, located.owner, request, reply)) return undefined
+    if (located.where === 'elsewhere') {
+      const path = `/v1/workspaces/${encodeURIComponent(id)}/processes/${encodeURIComponent(pid)}${forward.action}${forward.query ?? ''}`
+      if (await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs }, request, reply)) return undefined
+    }
     return await lost(lostInfo(located.record))
   }
 
@@ -119,7 +122,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
 
   app.get('/v1/workspaces/:id/processes/:pid', {
     schema: { summary: 'One process', tags, params: ProcessParams, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
-  }, (request, reply) => onProcess(request, reply, 'process_output', (found) => found.info(), (info) => info))
+  }, (request, reply) => onProcess(request, reply, 'process_output', { action: '', waitMs: 0 }, (found) => found.info(), (info) => info))
 
   app.get('/v1/workspaces/:id/processes/:pid/output', {
     schema: {
@@ -135,7 +138,8 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (askedBytes < 1) throw new ToolError('BadRequest', 'max_bytes must be at least 1')
     const maxBytes = Math.min(askedBytes, runtime.maxResultBytes)
     const from = eventsCursor(request, after)
-    return await onProcess(request, reply, 'process_output', async (found) => {
+    const query = `?after=${after}&wait_ms=${waitMs}&max_bytes=${maxBytes}`
+    return await onProcess(request, reply, 'process_output', { action: '/output', query, waitMs }, async (found) => {
       if (wantsEvents(request)) return await streamOutput(request, reply, found, from, maxBytes)
       if (after >= found.output.end) {
         const left = new AbortController()
@@ -149,14 +153,14 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
 
   app.post('/v1/workspaces/:id/processes/:pid/input', {
     schema: { summary: 'Write to stdin, or close it', tags, params: ProcessParams, body: InputBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404, 409) } },
-  }, (request, reply) => onProcess(request, reply, 'process_input', (found) => {
+  }, (request, reply) => onProcess(request, reply, 'process_input', { action: '/input', waitMs: 0 }, (found) => {
     found.input(request.body.data, request.body.eof === true)
     return found.info()
   }, () => { throw new ToolError('Conflict', `process ${request.params.pid} was lost: the instance that ran it is gone`) }))
 
   app.post('/v1/workspaces/:id/processes/:pid/kill', {
     schema: { summary: 'Stop a process and its whole tree; answers once it has ended', tags, params: ProcessParams, body: KillBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
-  }, (request, reply) => onProcess(request, reply, 'process_kill', async (found) => {
+  }, (request, reply) => onProcess(request, reply, 'process_kill', { action: '/kill', waitMs: KILL_GRACE_MS }, async (found) => {
     await found.kill(request.body.signal ?? 'TERM')
     return found.info()
   }, (info) => info))
