@@ -3,6 +3,7 @@
  * the process runner and the tool sources, with their start and shutdown.
  * app.ts wraps it in routes; tests may use it directly.
  */
+import { randomUUID } from 'node:crypto'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import type { Config, McpServerConfig } from './config.ts'
@@ -63,6 +64,8 @@ export class Runtime implements ExecutionServices {
   readonly processes: ProcessTable
   /** Finds a workspace's processes on whichever instance sharing the root runs them. */
   readonly processLocator: ProcessLocator
+  /** This run of the service, as /healthz names it to the other instances (a restart is another run). */
+  readonly instanceId = randomUUID()
   /** What the tools run processes with until start-up has chosen the sandbox. */
   readonly #deferredRunner = new DeferredRunner(() => this.#chooseRunner())
   #executables: ExecutableSource | undefined
@@ -108,7 +111,7 @@ export class Runtime implements ExecutionServices {
       runner: this.#deferredRunner,
       store: this.workspaces,
       records,
-      self,
+      self: { url: self, instance: this.instanceId },
     })
     this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(), self, keepEnded: config.tools.processes.keep_ended })
   }

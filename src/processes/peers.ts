@@ -12,6 +12,8 @@ import { ToolError, isErrorCode } from '../errors.ts'
 
 /** Marks a forwarded request: its instance answers from its own processes only. */
 export const FORWARDED_HEADER = 'toolport-forwarded'
+/** Names the run of the instance that answers (on /healthz): a request is forwarded only to the run its record names. */
+export const INSTANCE_HEADER = 'toolport-instance'
 /** How long connecting to another instance may take. */
 const CONNECT_MS = 2000
 /** How long another instance may take to begin its answer, beyond what the request asked it to wait. */
@@ -21,9 +23,15 @@ const MAX_WAIT_MS = 30_000
 /** How long a forwarded event stream may stay silent (its instance sends a comment every 15 s). */
 const STREAM_IDLE_MS = 45_000
 
+/** The instance a process record names: its address, and the id of the run that started the process. */
+export interface Owner {
+  url: string
+  instance: string
+}
+
 export class OwnerGone extends Error {
-  constructor (owner: string, options: { cause?: unknown } = {}) {
-    super(`the instance at ${owner} does not answer`, options)
+  constructor (owner: Owner, options: { cause?: unknown } = {}) {
+    super(`the instance at ${owner.url} does not answer, or is not the one that ran the process`, options)
   }
 }
 
@@ -53,9 +61,14 @@ export interface PeerAnswer {
 export class Peers {
   #agent: Promise<{ agent: Agent, request: typeof import('undici').request }> | undefined
 
-  /** Sends `request` to the instance at `owner`; OwnerGone when it does not answer. */
-  async send (owner: string, request: PeerRequest): Promise<PeerAnswer> {
+  /**
+   * Sends `request` to `owner`; OwnerGone when it does not answer, or is not
+   * the run of the instance that the record names: the caller's credentials
+   * go only to that run (an address is reused when a pod is replaced).
+   */
+  async send (owner: Owner, request: PeerRequest): Promise<PeerAnswer> {
     const { agent, request: send } = await this.#undici()
+    await this.#check(owner, request.signal)
     const headers: Record<string, string> = { [FORWARDED_HEADER]: '1' }
     if (request.credentials !== undefined) headers['authorization'] = request.credentials
     if (request.accept !== undefined) headers['accept'] = request.accept
@@ -63,9 +76,9 @@ export class Peers {
     if (request.requestId !== undefined) headers['x-request-id'] = request.requestId
     if (request.body !== undefined) headers['content-type'] = 'application/json'
     const answerMs = Math.min(Math.max(0, request.waitMs ?? 0), MAX_WAIT_MS) + ANSWER_MS
-    const url = new URL(request.path, owner)
+    const url = new URL(request.path, owner.url)
     // A path is joined to the owner's address; anything that would leave it is a bug, never sent.
-    if (url.origin !== new URL(owner).origin) throw new Error(`a forwarded path left its instance: ${request.path}`)
+    if (url.origin !== new URL(owner.url).origin) throw new Error(`a forwarded path left its instance: ${request.path}`)
     try {
       const answer = await send(url, {
         method: request.method,
@@ -85,7 +98,7 @@ export class Peers {
   }
 
   /** Sends `request` and reads a JSON answer: the body of a 2xx, or the ToolError its problem names. */
-  async json (owner: string, request: PeerRequest): Promise<unknown> {
+  async json (owner: Owner, request: PeerRequest): Promise<unknown> {
     const answer = await this.send(owner, request)
     let body: unknown
     try {
@@ -101,6 +114,25 @@ export class Peers {
     const loaded = this.#agent
     this.#agent = undefined
     if (loaded) await (await loaded).agent.close()
+  }
+
+  /**
+   * Asks `owner`'s address, without credentials, which run answers there.
+   * Asked before every forward, not remembered: a run found a moment ago may
+   * be gone, and its address taken by another pod, by the next request.
+   */
+  async #check (owner: Owner, signal: AbortSignal | undefined): Promise<void> {
+    const { agent, request: send } = await this.#undici()
+    let instance: unknown
+    try {
+      const answer = await send(new URL('/healthz', owner.url), { method: 'GET', headers: { [FORWARDED_HEADER]: '1' }, dispatcher: agent, headersTimeout: ANSWER_MS, bodyTimeout: ANSWER_MS, signal })
+      await answer.body.dump()
+      instance = answer.headers[INSTANCE_HEADER]
+    } catch (error) {
+      if (signal?.aborted === true) throw error
+      throw new OwnerGone(owner, { cause: error })
+    }
+    if (instance !== owner.instance) throw new OwnerGone(owner)
   }
 
   #undici (): Promise<{ agent: Agent, request: typeof import('undici').request }> {

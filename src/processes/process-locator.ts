@@ -7,13 +7,13 @@
  */
 import { ToolError } from '../errors.ts'
 import { KILL_GRACE_MS, type ManagedProcess, type ProcessInfo } from './managed-process.ts'
-import { OwnerGone, type Peers } from './peers.ts'
+import { type Owner, OwnerGone, type Peers } from './peers.ts'
 import type { ProcessRecord, ProcessRecords } from './process-records.ts'
 import type { ProcessTable } from './process-table.ts'
 
 export type Located =
   | { where: 'here', process: ManagedProcess }
-  | { where: 'elsewhere', owner: string, record: ProcessRecord }
+  | { where: 'elsewhere', owner: Owner, record: ProcessRecord }
   | { where: 'lost', record: ProcessRecord }
 
 /** Who asks, about which workspace. */
@@ -76,15 +76,17 @@ export class ProcessLocator {
     const here = this.#options.table.list(asker.dir).map((each) => each.info())
     if (asker.workspace === null || asker.forwarded === true) return here
     const known = new Set(here.map((each) => each.id))
-    const byOwner = new Map<string | null, ProcessRecord[]>()
+    const byOwner = new Map<string, { owner: Owner | null, records: ProcessRecord[] }>()
     for (const record of await this.#options.records.list(asker.tenant, asker.workspace)) {
       if (known.has(record.id)) continue
       const owner = this.#ownerOf(record)
-      byOwner.set(owner, [...byOwner.get(owner) ?? [], record])
+      const key = owner === null ? '' : `${owner.instance} ${owner.url}`
+      const group = byOwner.get(key) ?? { owner, records: [] }
+      byOwner.set(key, { owner, records: [...group.records, record] })
     }
     const lost: ProcessRecord[] = []
     const away: ProcessInfo[] = []
-    await Promise.all([...byOwner].map(async ([owner, records]) => {
+    await Promise.all([...byOwner.values()].map(async ({ owner, records }) => {
       const theirs = owner === null ? new Map<string, ProcessInfo>() : await this.#listAt(owner, asker)
       for (const record of records) {
         const info = theirs.get(record.id)
@@ -99,7 +101,7 @@ export class ProcessLocator {
    * Runs process tool `name` at the instance that runs the process, as the
    * caller; undefined when that instance is gone or no longer knows it.
    */
-  async callTool (owner: string, name: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
+  async callTool (owner: Owner, name: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
     const waitMs = typeof args['wait_ms'] === 'number' ? args['wait_ms'] : 1000
     try {
       const answer = await this.#options.peers.json(owner, {
@@ -118,13 +120,13 @@ export class ProcessLocator {
     }
   }
 
-  /** The instance to ask about a record's process: null when none can know it (it ran here, or where no one can reach). */
-  #ownerOf (record: ProcessRecord): string | null {
-    return record.owner !== null && record.owner !== this.#options.self ? record.owner : null
+  /** The instance to ask about a record's process: null when none can know it (it ran here, in this run or an earlier one, or where no one can reach). */
+  #ownerOf (record: ProcessRecord): Owner | null {
+    return record.owner !== null && record.owner !== this.#options.self ? { url: record.owner, instance: record.instance } : null
   }
 
   /** The processes another instance runs in the asker's workspace, by id; none when it does not answer. */
-  async #listAt (owner: string, asker: Asker): Promise<Map<string, ProcessInfo>> {
+  async #listAt (owner: Owner, asker: Asker): Promise<Map<string, ProcessInfo>> {
     try {
       const answer = await this.#options.peers.json(owner, {
         method: 'GET',

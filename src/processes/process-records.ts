@@ -18,6 +18,8 @@ export interface ProcessRecord {
   started_at: string
   /** The `server.advertise_url` of the instance that runs it; null when that instance has none. */
   owner: string | null
+  /** That instance's random id for this run of it: an instance restarted at the same address, or anything else there, is not it. */
+  instance: string
 }
 
 /** The form of the ids the process table gives: anything else names no process (and never a path). */
@@ -77,7 +79,7 @@ function parseRecord (text: string | null): ProcessRecord | null {
     const record = JSON.parse(text) as ProcessRecord
     const valid = typeof record.id === 'string' && isProcessId(record.id) && typeof record.workspace === 'string' &&
       typeof record.command === 'string' && typeof record.started_at === 'string' &&
-      (record.owner === null || typeof record.owner === 'string')
+      (record.owner === null || typeof record.owner === 'string') && typeof record.instance === 'string'
     return valid ? record : null
   } catch {
     return null

@@ -46,8 +46,8 @@ export interface ProcessTableOptions {
   store: WorkspaceStore
   /** Where each persistent workspace's processes are recorded with the instance that runs them. */
   records: ProcessRecords
-  /** This instance's `server.advertise_url`, written in those records. */
-  self: string | null
+  /** This instance's `server.advertise_url` and the id of this run of it, written in those records. */
+  self: { url: string | null, instance: string }
 }
 
 export class ProcessTable {
@@ -127,7 +127,7 @@ export class ProcessTable {
     const startedAt = new Date()
     const record = place.id === null
       ? undefined
-      : { tenant: place.tenant, workspace: place.id, record: { id, workspace: place.id, command: request.command, started_at: startedAt.toISOString(), owner: self } }
+      : { tenant: place.tenant, workspace: place.id, record: { id, workspace: place.id, command: request.command, started_at: startedAt.toISOString(), owner: self.url, instance: self.instance } }
     const [launch, stdout, stderr, execa, recorded] = await Promise.allSettled([
       runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir }),
       this.#outputSockets.pair((bytes) => received('stdout', bytes)),

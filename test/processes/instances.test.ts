@@ -5,6 +5,7 @@
  * credentials), its tools answer through either, and once its instance is
  * gone (stopped, or restarted without it) it is `lost` everywhere.
  */
+import http from 'node:http'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { freePort, type RunningServer, startServer, waitReady } from '../support/server-process.ts'
@@ -143,6 +144,20 @@ describe('processes across instances sharing one root', () => {
     expect(lostEvents).toContain('"state":"lost"')
     expect((await call(b, 'GET', '/v1/workspaces/w1/processes')).body['processes'].map((each: Json) => [each['id'], each['state']])).toEqual([[id, 'lost'], [sleeperId, 'lost']])
     expect((await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: sleeperId }, workspace: 'w1' })).body['result']).toMatchObject({ process_id: sleeperId, state: 'lost', output: '' })
+
+    // Something else now answers at `a`'s address (a pod's IP is reused): it is never sent the caller's token.
+    const seen: Array<string | undefined> = []
+    const squatter = http.createServer((request, response) => {
+      seen.push(request.headers.authorization)
+      response.setHeader('content-type', 'application/json')
+      response.end(JSON.stringify({ id: sleeperId, state: 'running', status: 'ok' }))
+    })
+    await new Promise<void>((resolve) => squatter.listen(a.port, '127.0.0.1', resolve))
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
+    expect(await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: sleeperId }, workspace: 'w1' })).toMatchObject({ body: { result: { state: 'lost' } } })
+    expect(seen.length).toBeGreaterThan(0)
+    expect(seen.every((header) => header === undefined)).toBe(true)
+    await new Promise<void>((resolve) => squatter.close(() => resolve()))
 
     // `a` back at the same address, without the processes of its former life: lost there and here.
     const again = await instance(root, 'a', a.port)

@@ -3,11 +3,16 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
+import { INSTANCE_HEADER } from '../../processes/peers.ts'
 
 export const healthRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.get('/healthz', {
     schema: { summary: 'Liveness: 200 while the process is alive', tags: ['operations'], response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
-  }, async () => ({ status: 'ok' as const }))
+  }, async (_request, reply) => {
+    // Which run of the service answers: another instance forwards a process's requests only to the run that started it.
+    reply.header(INSTANCE_HEADER, runtime.instanceId)
+    return { status: 'ok' as const }
+  })
 
   app.get('/readyz', {
     schema: { summary: 'Readiness: 200 when serving; 503 while starting or draining', tags: ['operations'] },

@@ -4,7 +4,7 @@
  * answer passed back as it comes, an event stream included.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { OwnerGone, type Peers } from '../../processes/peers.ts'
+import { type Owner, OwnerGone, type Peers } from '../../processes/peers.ts'
 import { wantsEvents } from './process-events.ts'
 
 /** What to ask the owner: the path and query rebuilt from the request's checked parts, never its raw URL. */
@@ -19,7 +19,7 @@ export interface RelayTarget {
  * answered. False, with nothing sent, when that instance does not answer or
  * does not know the process (it was restarted): the process is lost.
  */
-export async function relay (peers: Peers, owner: string, target: RelayTarget, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
+export async function relay (peers: Peers, owner: Owner, target: RelayTarget, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
   const left = new AbortController()
   reply.raw.once('close', () => { if (!reply.raw.writableFinished) left.abort() })
   const lastEventId = request.headers['last-event-id']
