@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest'
 import { lazyValidators } from '../../src/http/plugins/lazy-validators.ts'
 
 function appWithLazyValidators () {
-  return Fastify({ schemaController: { compilersFactory: { buildValidator: lazyValidators } } })
+  return Fastify({ schemaController: { compilersFactory: { buildValidator: lazyValidators() } } })
 }
 
 describe('lazy request validators', () => {

@@ -25,18 +25,27 @@ function checkHeaderNames (schema: FastifySchema): void {
   if (named !== undefined) throw new Error(`header schemas name headers in lower case: ${named}`)
 }
 
-export const lazyValidators = ((externalSchemas: Parameters<ValidatorFactory>[0], options: Parameters<ValidatorFactory>[1]) => {
-  const compile = AjvCompiler()(externalSchemas, options) as unknown as CompileRoute
-  return (route: RouteSchema): Validate => {
-    if (route.httpPart === 'headers') checkHeaderNames(route.schema)
-    let validator: Validate | undefined
-    const validate: Validate = (data) => {
-      validator ??= compile(route)
-      const valid = validator(data)
-      // Fastify reads the errors from the function it was given.
-      validate.errors = validator.errors
-      return valid
+/**
+ * The validator factory of one app (`buildValidator`). Its contexts share
+ * one pool, as with Fastify's default: those with the same shared schemas
+ * and options share one ajv instance, made by the first request that needs it.
+ */
+export function lazyValidators (): ValidatorFactory {
+  const compilers = AjvCompiler()
+  return ((externalSchemas: Parameters<ValidatorFactory>[0], options: Parameters<ValidatorFactory>[1]) => {
+    let compile: CompileRoute | undefined
+    return (route: RouteSchema): Validate => {
+      if (route.httpPart === 'headers') checkHeaderNames(route.schema)
+      let validator: Validate | undefined
+      const validate: Validate = (data) => {
+        compile ??= compilers(externalSchemas, options) as unknown as CompileRoute
+        validator ??= compile(route)
+        const valid = validator(data)
+        // Fastify reads the errors from the function it was given.
+        validate.errors = validator.errors
+        return valid
+      }
+      return validate
     }
-    return validate
-  }
-}) as unknown as ValidatorFactory
+  }) as unknown as ValidatorFactory
+}
