@@ -8,6 +8,11 @@
  * (default 3), BENCH_ROUNDS how many alternating runs of each side are
  * compared (default 4), BENCH_START_ROUNDS how many start-ups of each
  * (default 10), BENCH_ONLY=start the start-up part alone.
+ *
+ * The service starts with the V8 compile cache `npm run build` writes
+ * beside its bundle; the bare server gets one too (written by a first start
+ * of it), since that is how the service is started. Start-up is also
+ * reported against the bare server without one.
  */
 import { mkdtemp, readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises'
 import os from 'node:os'
@@ -22,6 +27,8 @@ const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
 /** The baseline built like the service, bundled with the same options: no module-loading advantage on one side only. */
 const BARE_BUNDLE = bundleOf(path.join(ROOT, 'scripts', 'bench-bare.ts'), path.join(ROOT, 'dist', 'bundle-bare'))
 const BARE = process.env['BENCH_BARE'] === 'tsc' ? path.join(ROOT, 'dist', 'scripts', 'bench-bare.js') : path.join(BARE_BUNDLE.output.dir ?? '', 'bench-bare.js')
+/** The bare server's compile cache, as the service has its own (NODE_COMPILE_CACHE does what server.ts's enableCompileCache does). */
+const BARE_COMPILE_CACHE = { NODE_COMPILE_CACHE: path.join(ROOT, 'dist', 'bundle-bare', 'compile-cache') }
 const SECONDS = Number(process.env['BENCH_SECONDS'] ?? 3)
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 4)
 const START_ROUNDS = Number(process.env['BENCH_START_ROUNDS'] ?? 10)
@@ -101,8 +108,8 @@ async function startToolport (dir: string, name: string, sandbox: SandboxSetting
   return { server, configFile, root }
 }
 
-async function startBare (dir: string, name: string, env: Record<string, string> = {}): Promise<Child> {
-  return startNode([...await serviceNodeFlags(), BARE], env, path.join(dir, `${name}.log`))
+async function startBare (dir: string, name: string, env: Record<string, string> = {}, compileCache = true): Promise<Child> {
+  return startNode([...await serviceNodeFlags(), BARE], { ...(compileCache ? BARE_COMPILE_CACHE : {}), ...env }, path.join(dir, `${name}.log`))
 }
 
 const execute = (base: string, tool: string) => `${base}/v1/tools/${tool}/execute`
@@ -142,16 +149,28 @@ async function benchStart (dir: string): Promise<void> {
       await server.stop()
     }
   }
-  const runs = await alternate(START_ROUNDS,
-    async () => sample(async () => (await startToolport(dir, `start-${++count}`, 'auto')).server),
-    async () => sample(() => startBare(dir, `bare-start-${++count}`)))
-  const paired = (of: (s: StartSample) => number) => median(runs.toolport.map((t, i) => of(t) / of(runs.bare[i] as StartSample)))
+  // Its first start writes the bare server's compile cache.
+  await (await startBare(dir, 'bare-compile-cache')).stop()
+  const sides = {
+    toolport: async () => sample(async () => (await startToolport(dir, `start-${++count}`, 'auto')).server),
+    bare: async () => sample(() => startBare(dir, `bare-start-${++count}`)),
+    bareUncached: async () => sample(() => startBare(dir, `bare-uncached-start-${++count}`, {}, false)),
+  }
+  const runs: Record<keyof typeof sides, StartSample[]> = { toolport: [], bare: [], bareUncached: [] }
+  const order = Object.keys(sides) as (keyof typeof sides)[]
+  for (let round = 0; round < START_ROUNDS; round++) {
+    // Each side goes first, second and third equally often: a drift of the machine falls on all of them.
+    for (const side of [...order.slice(round % 3), ...order.slice(0, round % 3)]) runs[side].push(await sides[side]())
+  }
+  const paired = (of: (s: StartSample) => number, baseline = runs.bare) => median(runs.toolport.map((t, i) => of(t) / of(baseline[i] as StartSample)))
   const ms = (values: number[]) => `${Math.round(median(values))} ms`
   report('bare server: start to first /healthz answer', ms(runs.bare.map((s) => s.answering)))
+  report('bare server without a compile cache: start to first /healthz answer', ms(runs.bareUncached.map((s) => s.answering)))
   report('Toolport: start to first /healthz answer', ms(runs.toolport.map((s) => s.answering)))
   report('Toolport: start to /readyz 200 (sandbox probed)', ms(runs.toolport.map((s) => s.ready)))
   const startRatio = paired((s) => s.answering)
   report('start-up ratio (first /healthz answer)', `${round2(startRatio)}×`, `≤ ${START_BUDGET}×`, startRatio <= START_BUDGET)
+  report('start-up ratio against the bare server without a compile cache', `${round2(paired((s) => s.answering, runs.bareUncached))}×`)
   report('start-up ratio to /readyz 200', `${round2(paired((s) => s.ready))}×`)
   report('bare server: RSS at rest', `${Math.round(median(runs.bare.map((s) => s.restRss)))} MiB`)
   report('Toolport: RSS at rest', `${Math.round(median(runs.toolport.map((s) => s.restRss)))} MiB`)
