@@ -1,7 +1,8 @@
 /**
  * `npm run build`'s second step: the service bundled for `npm start`, the
- * package's bin and the image (dist/bundle/server.js). tsc's dist/src stays
- * for type checking, the tests and `main`. The benchmark bundles its bare
+ * package's bin and the image (dist/bundle/server.js). tsc's dist/src and
+ * dist/scripts stay for type checking and the scripts that import the
+ * service's modules (the benchmark's raw spawns). The benchmark bundles its bare
  * server with the same options (`bundleOf`), so that start-ups compare like
  * for like.
  *

@@ -1,8 +1,9 @@
 /**
- * The configuration: one TypeBox schema gives both the `Config` type and the
- * validation (unknown keys are errors, defaults fill what is missing).
- * `loadConfig` reads a YAML or JSON file; a problem becomes one line naming
- * the key.
+ * The configuration: one TypeBox schema (config-schema.ts) gives both the
+ * `Config` type and the validation (unknown keys are errors, defaults fill
+ * what is missing), through validators generated from it at development
+ * time (config-validators.ts). `loadConfigFile` reads a YAML or JSON file;
+ * a problem becomes one line naming the key.
  */
 import { readFile } from 'node:fs/promises'
 import os from 'node:os'
