@@ -6,10 +6,14 @@
  * per read, garbage that V8 collects only once tens of MiB of it have piled
  * up: a process printing without pause would grow the service by that much.
  *
- * The pairs are made through one listening socket in a private directory
- * (mode 0700, made when the first process starts), one pair at a time, so
- * that the connection accepted is the one just made.
+ * The pairs are made through one listening socket, in a directory private
+ * to the service and hidden from every sandbox. Each reader first sends a
+ * random nonce; the connection that brings a nonce being waited for becomes
+ * that reader's writer, and any other connection is closed, so a stranger
+ * that reaches the socket can neither take a process's output nor hold
+ * descriptors for long.
  */
+import { randomBytes } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
@@ -17,6 +21,11 @@ import path from 'node:path'
 
 /** The buffer each reader reuses: the most a pipe hands over at once. */
 const READ_BYTES = 64 * 1024
+const NONCE_BYTES = 16
+/** How long a pair may take to be made, and a connection to say which pair it is. */
+const PAIR_TIMEOUT_MS = 5000
+/** Unix socket paths are limited (108 bytes on Linux): a longer one goes to the system's temporary directory. */
+const MAX_SOCKET_PATH = 100
 
 export interface OutputSocket {
   /** The end the command writes to: passed as its stdio, then closed here. */
@@ -25,43 +34,92 @@ export interface OutputSocket {
   reader: net.Socket
 }
 
+interface Listening {
+  server: net.Server
+  file: string
+  /** Removes what `listen` made. */
+  remove: () => Promise<void>
+}
+
 export class OutputSockets {
-  #listening: Promise<{ server: net.Server, file: string, dir: string }> | undefined
-  /** Pairs are made one after the other. */
-  #queue: Promise<unknown> = Promise.resolve()
+  /** Where to listen: a directory private to the service (made on the first pair). */
+  readonly #directory: () => Promise<string>
+  #listening: Promise<Listening> | undefined
+  /** Pairs being made, by nonce: each takes the connection that brings its nonce. */
+  readonly #waiting = new Map<string, (writer: net.Socket) => void>()
+
+  constructor (directory: () => Promise<string>) {
+    this.#directory = directory
+  }
 
   /** A connected pair; `onBytes` gets what the command writes, in a buffer valid only during the call. */
-  pair (onBytes: (bytes: Buffer) => void): Promise<OutputSocket> {
-    const made = this.#queue.then(() => this.#pair(onBytes))
-    this.#queue = made.catch(() => {})
-    return made
+  async pair (onBytes: (bytes: Buffer) => void): Promise<OutputSocket> {
+    const { file } = await (this.#listening ??= this.#listen())
+    const nonce = randomBytes(NONCE_BYTES)
+    const key = nonce.toString('hex')
+    const accepted = new Promise<net.Socket>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#waiting.delete(key)
+        reject(new Error('the output socket of a process could not be made in time'))
+      }, PAIR_TIMEOUT_MS)
+      this.#waiting.set(key, (writer) => {
+        clearTimeout(timer)
+        this.#waiting.delete(key)
+        resolve(writer)
+      })
+    })
+    const buffer = Buffer.allocUnsafe(READ_BYTES)
+    const reader = net.connect({ path: file, onread: { buffer, callback: (size: number) => { onBytes(buffer.subarray(0, size)); return true } } })
+    reader.once('connect', () => reader.write(nonce))
+    reader.on('error', () => {})
+    try {
+      return { reader, writer: await accepted }
+    } catch (error) {
+      reader.destroy()
+      throw error
+    }
   }
 
   async close (): Promise<void> {
     const listening = this.#listening
     this.#listening = undefined
     if (!listening) return
-    const { server, dir } = await listening.catch(() => ({ server: undefined, dir: undefined }))
-    server?.close()
-    if (dir !== undefined) await rm(dir, { recursive: true, force: true })
+    const made = await listening.catch(() => undefined)
+    made?.server.close()
+    await made?.remove()
   }
 
-  async #pair (onBytes: (bytes: Buffer) => void): Promise<OutputSocket> {
-    const { server, file } = await (this.#listening ??= listen())
-    const accepted = new Promise<net.Socket>((resolve) => server.once('connection', resolve))
-    const buffer = Buffer.allocUnsafe(READ_BYTES)
-    const reader = net.connect({ path: file, onread: { buffer, callback: (size: number) => { onBytes(buffer.subarray(0, size)); return true } } })
-    const connected = new Promise<void>((resolve, reject) => reader.once('connect', resolve).once('error', reject))
-    const [writer] = await Promise.all([accepted, connected])
-    return { writer, reader }
+  async #listen (): Promise<Listening> {
+    let dir = await this.#directory()
+    let remove = async (): Promise<void> => {}
+    if (Buffer.byteLength(path.join(dir, 'pairs')) > MAX_SOCKET_PATH) {
+      dir = await mkdtemp(path.join(os.tmpdir(), 'toolport-output-'))
+      const made = dir
+      remove = () => rm(made, { recursive: true, force: true })
+    }
+    const file = path.join(dir, 'pairs')
+    await rm(file, { force: true })
+    const server = net.createServer((socket) => this.#identify(socket))
+    await new Promise<void>((resolve, reject) => server.once('error', reject).listen(file, resolve))
+    server.unref()
+    return { server, file, remove: async () => { await rm(file, { force: true }); await remove() } }
   }
-}
 
-async function listen (): Promise<{ server: net.Server, file: string, dir: string }> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'toolport-output-'))
-  const file = path.join(dir, 'pairs')
-  const server = net.createServer({ pauseOnConnect: true })
-  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(file, resolve))
-  server.unref()
-  return { server, file, dir }
+  /** Hands `socket` to the pair whose nonce it sends first; closes it otherwise. */
+  #identify (socket: net.Socket): void {
+    socket.on('error', () => socket.destroy())
+    socket.setTimeout(PAIR_TIMEOUT_MS, () => socket.destroy())
+    let received = Buffer.alloc(0)
+    const onData = (chunk: Buffer): void => {
+      received = Buffer.concat([received, chunk])
+      if (received.length < NONCE_BYTES) return
+      socket.off('data', onData)
+      socket.pause()
+      socket.setTimeout(0)
+      const claim = received.length === NONCE_BYTES ? this.#waiting.get(received.toString('hex')) : undefined
+      if (claim) claim(socket)
+      else socket.destroy()
+    }
+    socket.on('data', onData)
+  }
 }

@@ -55,7 +55,7 @@ export class ProcessTable {
   readonly #byWorkspace = new Map<string, Map<string, ManagedProcess>>()
   /** Starts under way per workspace: they count against max_per_workspace before they run. */
   readonly #starting = new Map<string, number>()
-  readonly #outputSockets = new OutputSockets()
+  readonly #outputSockets: OutputSockets
   #closed = false
 
   /** Should the service exit without closing the table, its processes go with it. */
@@ -63,6 +63,8 @@ export class ProcessTable {
 
   constructor (options: ProcessTableOptions) {
     this.#options = options
+    // Under the ephemeral root: private to this instance, hidden from every sandbox.
+    this.#outputSockets = new OutputSockets(() => options.store.serviceDir('.output-sockets'))
     process.once('exit', this.#killAllAtExit)
   }
 

@@ -70,6 +70,19 @@ export class EphemeralWorkspaces {
     }
   }
 
+  /**
+   * A directory of the service's own under the ephemeral root (private to
+   * this instance, hidden from every sandbox like the workspaces), made empty
+   * and left alone by sweeps until the next start empties the root.
+   */
+  async serviceDir (name: string): Promise<string> {
+    this.#busy.add(name)
+    const dir = path.join(this.#root, name)
+    await removeTree(dir).catch(() => {})
+    await mkdir(dir, { mode: 0o700 })
+    return dir
+  }
+
   /** Removes every workspace under the root that no lease holds (leftovers of failed removals, or of a crash). */
   async sweep (): Promise<void> {
     const names = await readdir(this.#root).catch(() => [] as string[])

@@ -107,6 +107,11 @@ export class WorkspaceStore {
     return this.#layout.root
   }
 
+  /** A directory of the service's own, private to this instance and hidden from every sandbox (ephemeral.ts). */
+  serviceDir (name: string): Promise<string> {
+    return this.#ephemeral.serviceDir(name)
+  }
+
   /** The canonical ephemeral root (after `init`). */
   get ephemeralRoot (): string {
     return this.#ephemeral.root
