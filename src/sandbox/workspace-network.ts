@@ -50,6 +50,8 @@ interface Network {
   idle: NodeJS.Timeout | undefined
   /** Its workspace went (or the service stops): closed once no command uses it. */
   ending: boolean
+  /** Its descriptors are closed: their numbers may already name something else. */
+  closed: boolean
 }
 
 /** Whether nsenter is where the networks need it. */
@@ -82,6 +84,12 @@ export class WorkspaceNetworks {
     if (!network) {
       if (!longRunning && !this.#options.sharedByEveryCommand(dir)) return undefined
       network = await this.#make(dir)
+    }
+    // Ended while it was being made (its workspace removed, the service stopping): never leased, since its
+    // descriptors may be closed and their numbers reused; the command gets a network of its own.
+    if (network.ending) {
+      if (network.users === 0) closeNetwork(network)
+      return undefined
     }
     return this.#lease(network, dir)
   }
@@ -120,7 +128,7 @@ export class WorkspaceNetworks {
     let making = this.#making.get(dir)
     if (!making) {
       making = makeNetwork().then((network) => {
-        // Made while the service stopped: it serves the command that asked, then goes.
+        // Made while the service stopped: it goes at once (join gives the command a network of its own).
         if (this.#closed) network.ending = true
         else this.#networks.set(dir, network)
         return network
@@ -140,6 +148,8 @@ export class WorkspaceNetworks {
 }
 
 function closeNetwork (network: Network): void {
+  if (network.closed) return
+  network.closed = true
   closeSync(network.userFd)
   closeSync(network.netFd)
 }
@@ -175,7 +185,7 @@ async function makeNetwork (): Promise<Network> {
       closeSync(userFd)
       throw error
     }
-    return { userFd, netFd, users: 0, idle: undefined, ending: false }
+    return { userFd, netFd, users: 0, idle: undefined, ending: false, closed: false }
   } finally {
     holder.stdin.end()
     clearTimeout(timer)

@@ -168,4 +168,22 @@ describe('one network per workspace (bubblewrap, network off)', () => {
     networks.close()
     again?.release()
   })
+
+  it('a network that ends while it is being made is never leased, and its descriptors are closed', async () => {
+    const dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'toolport-net-')))
+    const networks = new WorkspaceNetworks({ sharedByEveryCommand: (each) => each === dir })
+    const namespaces = (): string[] => readdirSync('/proc/self/fd').flatMap((fd) => {
+      try {
+        const target = readlinkSync(`/proc/self/fd/${fd}`)
+        return target.startsWith('net:[') || target.startsWith('user:[') ? [target] : []
+      } catch {
+        return []
+      }
+    })
+    const before = namespaces()
+    const joining = networks.join(dir, false)
+    networks.close()
+    expect(await joining).toBeUndefined()
+    expect(namespaces()).toEqual(before)
+  })
 })
