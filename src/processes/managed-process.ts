@@ -77,6 +77,8 @@ export class ManagedProcess {
   /** Set when the service asked it to stop: why, and with which signal. */
   #stopping: { reason: 'killed' | 'timed_out', signal: KillSignal } | undefined
   #escalated = false
+  /** The command itself has exited (its output may still be draining): a kill now changes nothing. */
+  #exited = false
   readonly #timers: NodeJS.Timeout[] = []
   #waiters = new Set<() => void>()
   readonly ended: Promise<void>
@@ -116,6 +118,7 @@ export class ManagedProcess {
     this.#child.stdin?.on('error', () => { this.#stdinOpen = false })
     const outputIn = Promise.all((['stdout', 'stderr'] as const).map((stream) => this.#follow(stream, spec.output[stream].reader)))
     this.#child.nodeChildProcess.once('exit', () => {
+      this.#exited = true
       // What the command left running goes with it; output a straggler holds open is closed after a grace period.
       this.#launch.signalTree(this.#pid, 'SIGKILL')
       this.#timers.push(setTimeout(() => { spec.output.stdout.reader.destroy(); spec.output.stderr.reader.destroy() }, PIPE_GRACE_MS).unref())
@@ -190,11 +193,12 @@ export class ManagedProcess {
   }
 
   #stop (reason: 'killed' | 'timed_out', signal: KillSignal): void {
-    if (!this.running || this.#stopping) return
+    if (!this.running || this.#stopping || this.#exited) return
     this.#stopping = { reason, signal }
     this.#signalUntilReached(`SIG${signal}`)
     if (signal !== 'KILL') {
       this.#timers.push(setTimeout(() => {
+        if (this.#exited) return
         this.#escalated = true
         this.#launch.signalTree(this.#pid, 'SIGKILL')
       }, KILL_GRACE_MS).unref())
