@@ -64,6 +64,8 @@ export class Runtime implements ExecutionServices {
   readonly processes: ProcessTable
   /** Finds a workspace's processes on whichever instance sharing the root runs them. */
   readonly processLocator: ProcessLocator
+  /** With processes on: a call that runs commands in a workspace whose processes run on another instance runs there. */
+  runAtProcessHome: ExecutionServices['runAtProcessHome']
   /** This run of the service, as /healthz names it to the other instances (a restart is another run). */
   readonly instanceId = randomUUID()
   /** What the tools run processes with until start-up has chosen the sandbox. */
@@ -113,7 +115,9 @@ export class Runtime implements ExecutionServices {
       records,
       self: { url: self, instance: this.instanceId },
     })
-    this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(), self, keepEnded: config.tools.processes.keep_ended })
+    // A forwarded call may take as long as the slowest tool that runs commands (omega's bash: 120 s), and a kill's grace.
+    const longestCallMs = (Math.max(config.tools.exec_shell.timeout_max, config.tools.executable_timeout_seconds, config.tools.spawn.timeout_default, 120) + 2) * 1000
+    this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(), self, keepEnded: config.tools.processes.keep_ended, longestCallMs })
   }
 
   /** Fires when running calls must stop (the drain timeout of a shutdown ran out). */
@@ -131,7 +135,12 @@ export class Runtime implements ExecutionServices {
     await this.workspaces.init()
     const builtins = builtinTools(this.config, this.#deferredRunner, this.processLocator)
     // A workspace that goes takes its processes with it.
-    if (builtins.some((tool) => tool.name === 'process_start')) this.workspaces.onRemoval((dir) => this.processes.endWorkspace(dir))
+    if (builtins.some((tool) => tool.name === 'process_start')) {
+      this.workspaces.onRemoval((dir) => this.processes.endWorkspace(dir))
+      this.runAtProcessHome = ({ tool, args, maxResultBytes }, caller, workspaceId) => this.processLocator.runAtHome(tool, args, {
+        tenant: caller.tenant, workspace: workspaceId, dir: '', credentials: caller.credentials, forwarded: caller.forwarded === true, requestId: caller.requestId, signal: caller.signal, maxResultBytes,
+      })
+    }
     // After the processes (registered first), so that the network goes once nothing runs in it.
     if (this.#networks) this.workspaces.onRemoval(async (dir) => { this.#networks?.end(dir) })
     this.registry.setGroup('builtin', 'builtin', builtins)

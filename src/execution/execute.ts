@@ -10,7 +10,7 @@ import type { NameMatcher } from './globs.ts'
 import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
 import type { ToolRegistry } from './registry.ts'
-import { type AnyTool, changesTreeFreely } from './tool.ts'
+import { type AnyTool, changesTreeFreely, runsCommands } from './tool.ts'
 import { clipText, fitStringMembers, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
@@ -49,6 +49,12 @@ export interface ExecutionServices {
   callLog: Logger
   /** A span per call, when tracing is on. */
   tracing?: CallTracing | undefined
+  /**
+   * Runs a call that runs commands in a persistent workspace at the instance
+   * whose processes run in that workspace, where its network is (processes
+   * on); undefined when none but this one does, and the call runs here.
+   */
+  runAtProcessHome?: (call: { tool: string, args: Record<string, unknown>, maxResultBytes: number }, caller: Caller, workspaceId: string) => Promise<{ result: unknown, truncated: boolean } | undefined>
 }
 
 /** Who is calling, and from where. */
@@ -163,28 +169,34 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
       workspaceId = lease.id
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
-        let cutByTool = false
-        // The workspace's usage cannot follow what a process does: it is stale from now until a scan after the call.
-        const endChange = changesTreeFreely(tool) ? usageOf(lease.dir).beginChange() : undefined
-        const raw = await tool.execute(args, {
-          workspaceDir: lease.dir,
-          workspaceId: lease.id,
-          keepsProcesses: lease.id !== null || lease.keepsProcesses === true,
-          signal,
-          maxResultBytes,
-          log: caller.log,
-          requestId: caller.requestId,
-          tenant: caller.tenant,
-          credentials: caller.credentials,
-          forwarded: caller.forwarded === true,
-          quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
-          markTruncated: () => { cutByTool = true },
-        }).finally(() => {
-          // An ephemeral workspace goes with its scope: a scan would count what is about to be removed.
-          endChange?.({ rescan: lease.id !== null })
-        })
-        const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
-        outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
+        // In a workspace whose processes run on another instance, commands run there too: that is where its network is.
+        const atHome = lease.id !== null && runsCommands(tool) ? await services.runAtProcessHome?.({ tool: tool.name, args, maxResultBytes }, caller, lease.id) : undefined
+        if (atHome) {
+          outcome = { ok: true, tool: toolName, result: atHome.result, truncated: atHome.truncated, durationMs: 0, workspace: workspaceId }
+        } else {
+          let cutByTool = false
+          // The workspace's usage cannot follow what a process does: it is stale from now until a scan after the call.
+          const endChange = changesTreeFreely(tool) ? usageOf(lease.dir).beginChange() : undefined
+          const raw = await tool.execute(args, {
+            workspaceDir: lease.dir,
+            workspaceId: lease.id,
+            keepsProcesses: lease.id !== null || lease.keepsProcesses === true,
+            signal,
+            maxResultBytes,
+            log: caller.log,
+            requestId: caller.requestId,
+            tenant: caller.tenant,
+            credentials: caller.credentials,
+            forwarded: caller.forwarded === true,
+            quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
+            markTruncated: () => { cutByTool = true },
+          }).finally(() => {
+            // An ephemeral workspace goes with its scope: a scan would count what is about to be removed.
+            endChange?.({ rescan: lease.id !== null })
+          })
+          const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
+          outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
+        }
       } finally {
         await lease.release()
       }

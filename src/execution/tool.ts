@@ -96,6 +96,15 @@ export function changesTreeFreely (tool: AnyTool): boolean {
   return tool.source !== 'builtin' || tool.changesTreeFreely === true
 }
 
+/**
+ * Whether a call of `tool` runs commands in the workspace's sandbox, and so
+ * in its network: the built-ins that run processes, and executables (an MCP
+ * tool runs in its own server).
+ */
+export function runsCommands (tool: AnyTool): boolean {
+  return tool.source === 'executable' || (tool.source === 'builtin' && tool.changesTreeFreely === true)
+}
+
 /** A tool with its argument type erased, as the registry holds it. */
 export type AnyTool = Tool<any>
 

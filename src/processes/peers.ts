@@ -18,8 +18,6 @@ export const INSTANCE_HEADER = 'toolport-instance'
 const CONNECT_MS = 2000
 /** How long another instance may take to begin its answer, beyond what the request asked it to wait. */
 const ANSWER_MS = 10_000
-/** The longest wait a forwarded request may ask of the owner (the contract's longest long-poll). */
-const MAX_WAIT_MS = 30_000
 /** How long a forwarded event stream may stay silent (its instance sends a comment every 15 s). */
 const STREAM_IDLE_MS = 45_000
 
@@ -29,9 +27,17 @@ export interface Owner {
   instance: string
 }
 
+/** Failures that leave no doubt the request never reached the instance. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT'])
+
 export class OwnerGone extends Error {
-  constructor (owner: Owner, options: { cause?: unknown } = {}) {
+  /** The request may have reached the instance before it stopped answering (a call may have run there). */
+  readonly maybeDelivered: boolean
+
+  constructor (owner: Owner, options: { cause?: unknown, sent?: boolean } = {}) {
     super(`the instance at ${owner.url} does not answer, or is not the one that ran the process`, options)
+    const code = (options.cause as { code?: unknown } | undefined)?.code
+    this.maybeDelivered = options.sent === true && !(typeof code === 'string' && NOT_SENT.has(code))
   }
 }
 
@@ -45,7 +51,7 @@ export interface PeerRequest {
   accept?: string | undefined
   lastEventId?: string | undefined
   requestId?: string | undefined
-  /** How long the request asks the other instance to wait (a long-poll, a kill's grace), in ms. */
+  /** How long the other instance may take before it answers (a long-poll, a kill's grace, a call's run), in ms: the service's own bound, never a caller's. */
   waitMs?: number
   /** The answer is an event stream: silence is bounded, not its length. */
   stream?: boolean
@@ -75,7 +81,7 @@ export class Peers {
     if (request.lastEventId !== undefined) headers['last-event-id'] = request.lastEventId
     if (request.requestId !== undefined) headers['x-request-id'] = request.requestId
     if (request.body !== undefined) headers['content-type'] = 'application/json'
-    const answerMs = Math.min(Math.max(0, request.waitMs ?? 0), MAX_WAIT_MS) + ANSWER_MS
+    const answerMs = Math.max(0, request.waitMs ?? 0) + ANSWER_MS
     const url = new URL(request.path, owner.url)
     // A path is joined to the owner's address; anything that would leave it is a bug, never sent.
     if (url.origin !== new URL(owner.url).origin) throw new Error(`a forwarded path left its instance: ${request.path}`)
@@ -93,7 +99,7 @@ export class Peers {
       return { status: answer.statusCode, contentType: Array.isArray(type) ? type[0] : type, body: answer.body }
     } catch (error) {
       if (request.signal?.aborted === true) throw error
-      throw new OwnerGone(owner, { cause: error })
+      throw new OwnerGone(owner, { cause: error, sent: true })
     }
   }
 
@@ -104,7 +110,7 @@ export class Peers {
     try {
       body = await answer.body.json()
     } catch (error) {
-      throw new OwnerGone(owner, { cause: error })
+      throw new OwnerGone(owner, { cause: error, sent: true })
     }
     if (answer.status < 300) return body
     throw problemAsError(body, answer.status)

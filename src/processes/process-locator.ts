@@ -38,6 +38,8 @@ export interface ProcessLocatorOptions {
   /** This instance's `server.advertise_url`, if it has one. */
   self: string | null
   keepEnded: number
+  /** The longest a call that runs commands may take (its tool's longest timeout): a call forwarded to run there waits that long. */
+  longestCallMs: number
 }
 
 /** What a lost process looks like: its record, and nothing known of how it ended. */
@@ -90,8 +92,12 @@ export class ProcessLocator {
       const theirs = owner === null ? new Map<string, ProcessInfo>() : await this.#listAt(owner, asker)
       for (const record of records) {
         const info = theirs.get(record.id)
-        if (info) away.push(info)
-        else lost.push(record)
+        if (info) {
+          away.push(info)
+        } else {
+          lost.push(record)
+          this.markLost(asker.tenant, record)
+        }
       }
     }))
     return [...here, ...away, ...this.#keptLost(asker, lost).map(lostInfo)].sort((a, b) => a.started_at.localeCompare(b.started_at))
@@ -101,7 +107,7 @@ export class ProcessLocator {
    * Runs process tool `name` at the instance that runs the process, as the
    * caller; undefined when that instance is gone or no longer knows it.
    */
-  async callTool (owner: Owner, name: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
+  async callTool (owner: Owner, record: ProcessRecord, name: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
     const waitMs = typeof args['wait_ms'] === 'number' ? args['wait_ms'] : 1000
     try {
       const answer = await this.#options.peers.json(owner, {
@@ -115,9 +121,49 @@ export class ProcessLocator {
       }) as { result?: unknown, truncated?: unknown }
       return { result: answer.result, truncated: answer.truncated === true }
     } catch (error) {
-      if (error instanceof OwnerGone || (error instanceof ToolError && error.code === 'NotFound')) return undefined
-      throw error
+      if (!(error instanceof OwnerGone) && !(error instanceof ToolError && error.code === 'NotFound')) throw error
+      this.markLost(asker.tenant, record)
+      return undefined
     }
+  }
+
+  /**
+   * Runs a call that runs commands (`tool`) at the instance whose processes
+   * run in the asker's workspace, where that workspace's network is; the
+   * answer as it came, or undefined when no other instance runs one (or the
+   * one that did is gone, before anything was sent: the call runs here).
+   */
+  async runAtHome (tool: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
+    if (asker.workspace === null || asker.forwarded === true) return undefined
+    const running = (await this.#options.records.list(asker.tenant, asker.workspace))
+      .filter((record) => record.ended_at === null && this.#ownerOf(record) !== null)
+      .sort((a, b) => a.started_at.localeCompare(b.started_at))
+    for (const record of running) {
+      const owner = this.#ownerOf(record) as Owner
+      try {
+        const answer = await this.#options.peers.json(owner, {
+          method: 'POST',
+          path: `/v1/tools/${encodeURIComponent(tool)}/execute`,
+          body: { arguments: args, workspace: asker.workspace, max_result_bytes: asker.maxResultBytes },
+          credentials: asker.credentials,
+          requestId: asker.requestId,
+          signal: asker.signal,
+          waitMs: this.#options.longestCallMs,
+        }) as { result?: unknown, truncated?: unknown }
+        return { result: answer.result, truncated: answer.truncated === true }
+      } catch (error) {
+        if (!(error instanceof OwnerGone)) throw error
+        if (error.maybeDelivered) throw new ToolError('Overloaded', 'the instance that runs this workspace\'s processes stopped answering during the call; it may have run there', { retryAfterSeconds: 1 })
+        this.markLost(asker.tenant, record)
+      }
+    }
+    return undefined
+  }
+
+  /** The instance that ran a record's process is gone (or restarted): it is lost for good, and never asked again. */
+  markLost (tenant: string, record: ProcessRecord): void {
+    if (record.owner === null) return
+    this.#options.records.write(tenant, { ...record, owner: null }, { update: true }).catch(() => {})
   }
 
   /** The instance to ask about a record's process: null when none can know it (it ran here, in this run or an earlier one, or where no one can reach). */

@@ -16,6 +16,8 @@ export interface ProcessRecord {
   workspace: string
   command: string
   started_at: string
+  /** Set by its instance when it has ended: a running process's workspace has its network on that instance. */
+  ended_at: string | null
   /** The `server.advertise_url` of the instance that runs it; null when that instance has none. */
   owner: string | null
   /** That instance's random id for this run of it: an instance restarted at the same address, or anything else there, is not it. */
@@ -38,10 +40,14 @@ export class ProcessRecords {
     this.#root = root
   }
 
-  /** Writes a record whole (a reader never sees half of one). */
-  async write (tenant: string, record: ProcessRecord): Promise<void> {
+  /**
+   * Writes a record whole (a reader never sees half of one). `update`: only
+   * where the workspace's records still are (a removed workspace's are not
+   * brought back).
+   */
+  async write (tenant: string, record: ProcessRecord, options: { update?: boolean } = {}): Promise<void> {
     const dir = this.#dir(tenant, record.workspace)
-    await mkdir(dir, { recursive: true })
+    if (options.update !== true) await mkdir(dir, { recursive: true })
     const file = path.join(dir, `${record.id}.json`)
     const temp = `${file}.${randomUUID()}.tmp`
     await writeFile(temp, JSON.stringify(record))
@@ -79,6 +85,7 @@ function parseRecord (text: string | null): ProcessRecord | null {
     const record = JSON.parse(text) as ProcessRecord
     const valid = typeof record.id === 'string' && isProcessId(record.id) && typeof record.workspace === 'string' &&
       typeof record.command === 'string' && typeof record.started_at === 'string' &&
+      (record.ended_at === null || typeof record.ended_at === 'string') &&
       (record.owner === null || typeof record.owner === 'string') && typeof record.instance === 'string'
     return valid ? record : null
   } catch {

@@ -92,7 +92,7 @@ export class ProcessTable {
       const endChange = usageOf(dir).beginChange()
       try {
         started = new ManagedProcess({
-          ...parts,
+          ...parts.process,
           command: request.command,
           stdin: request.stdin === true,
           timeoutMs: effectiveTimeout(request.timeout, config) * 1000,
@@ -100,12 +100,15 @@ export class ProcessTable {
           onEnd: () => {
             endChange({ rescan: place.id !== null })
             void lease?.release()
-            this.#evictEnded(dir, place)
+            // The record says it ended (no call need go to this instance for its network any more), then the oldest go.
+            const { record } = parts
+            const recorded = record ? this.#options.records.write(record.tenant, { ...record.record, ended_at: new Date().toISOString() }, { update: true }).catch(() => {}) : Promise.resolve()
+            void recorded.then(() => this.#evictEnded(dir, place))
           },
         })
       } catch (error) {
         endChange({ rescan: false })
-        if (place.id !== null) await this.#options.records.remove(place.tenant, place.id, parts.id).catch(() => {})
+        if (place.id !== null) await this.#options.records.remove(place.tenant, place.id, parts.process.id).catch(() => {})
         throw error
       }
       const table = this.#byWorkspace.get(dir) ?? new Map<string, ManagedProcess>()
@@ -129,7 +132,7 @@ export class ProcessTable {
     const startedAt = new Date()
     const record = place.id === null
       ? undefined
-      : { tenant: place.tenant, workspace: place.id, record: { id, workspace: place.id, command: request.command, started_at: startedAt.toISOString(), owner: self.url, instance: self.instance } }
+      : { tenant: place.tenant, workspace: place.id, record: { id, workspace: place.id, command: request.command, started_at: startedAt.toISOString(), ended_at: null, owner: self.url, instance: self.instance } }
     const [launch, stdout, stderr, execa, recorded] = await Promise.allSettled([
       runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir }),
       this.#outputSockets.pair((bytes) => received('stdout', bytes)),
@@ -138,7 +141,7 @@ export class ProcessTable {
       record && this.#options.records.write(record.tenant, record.record),
     ])
     if (launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled') {
-      return { id, workspace: place.id, startedAt, launch: launch.value, output: { stdout: stdout.value, stderr: stderr.value }, execa: execa.value.execa }
+      return { record, process: { id, workspace: place.id, startedAt, launch: launch.value, output: { stdout: stdout.value, stderr: stderr.value }, execa: execa.value.execa } }
     }
     if (launch.status === 'fulfilled') launch.value.release()
     for (const pair of [stdout, stderr]) {

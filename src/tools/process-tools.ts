@@ -82,7 +82,7 @@ export function createProcessTools (locator: ProcessLocator): AnyTool[] {
     const located = await locator.locate(askerOf(ctx), args.process_id)
     if (located.where === 'here') return await here(located.process)
     if (located.where === 'elsewhere') {
-      const answer = await locator.callTool(located.owner, name, args, { ...askerOf(ctx), maxResultBytes: ctx.maxResultBytes })
+      const answer = await locator.callTool(located.owner, located.record, name, args, { ...askerOf(ctx), maxResultBytes: ctx.maxResultBytes })
       if (answer) {
         if (answer.truncated) ctx.markTruncated?.()
         return answer.result as R
@@ -104,6 +104,8 @@ export function createProcessTools (locator: ProcessLocator): AnyTool[] {
       }),
       outputSchema: StartResult,
       annotations: changing,
+      // Its command may change the tree before the call answers; and it runs in the workspace's network.
+      changesTreeFreely: true,
       async execute (args, ctx) {
         ensureLasting(ctx)
         const process = await table.start({ tenant: ctx.tenant, id: ctx.workspaceId, dir: ctx.workspaceDir }, args)

@@ -41,11 +41,11 @@ async function call (at: Instance, method: string, url: string, body?: unknown, 
 }
 
 /** Output through `at` from `after` until `text` has come (or the process ended). */
-async function outputUntil (at: Instance, id: string, text: string, after = 0): Promise<{ data: string, next: number }> {
+async function outputUntil (at: Instance, id: string, text: string, after = 0, workspace = 'w1'): Promise<{ data: string, next: number }> {
   let data = ''
   let cursor = after
   for (let round = 0; round < 20 && !data.includes(text); round++) {
-    const got = await call(at, 'GET', `/v1/workspaces/w1/processes/${id}/output?after=${cursor}&wait_ms=2000`)
+    const got = await call(at, 'GET', `/v1/workspaces/${workspace}/processes/${id}/output?after=${cursor}&wait_ms=2000`)
     expect(got.status, JSON.stringify(got.body)).toBe(200)
     data += got.body['chunks'].map((chunk: Json) => chunk['data']).join('')
     cursor = got.body['next']
@@ -136,15 +136,6 @@ describe('processes across instances sharing one root', () => {
     for (const pid of pids) expect(await alive(pid)).toBe(false)
 
     const lost = { id: sleeperId, state: 'lost', exit_code: null, signal: null, ended_at: null }
-    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
-    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}/output?after=5&wait_ms=2000`)).toMatchObject({ status: 200, body: { process: lost, chunks: [], next: 5, dropped_bytes: 0 } })
-    expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${sleeperId}/input`, { data: 'x' })).toMatchObject({ status: 409, body: { code: 'Conflict' } })
-    expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${sleeperId}/kill`, {})).toMatchObject({ status: 200, body: lost })
-    const lostEvents = await eventsUntil(b, sleeperId, 'event: end')
-    expect(lostEvents).toContain('"state":"lost"')
-    expect((await call(b, 'GET', '/v1/workspaces/w1/processes')).body['processes'].map((each: Json) => [each['id'], each['state']])).toEqual([[id, 'lost'], [sleeperId, 'lost']])
-    expect((await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: sleeperId }, workspace: 'w1' })).body['result']).toMatchObject({ process_id: sleeperId, state: 'lost', output: '' })
-
     // Something else now answers at `a`'s address (a pod's IP is reused): it is never sent the caller's token.
     const seen: Array<string | undefined> = []
     const squatter = http.createServer((request, response) => {
@@ -154,10 +145,18 @@ describe('processes across instances sharing one root', () => {
     })
     await new Promise<void>((resolve) => squatter.listen(a.port, '127.0.0.1', resolve))
     expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
-    expect(await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: sleeperId }, workspace: 'w1' })).toMatchObject({ body: { result: { state: 'lost' } } })
     expect(seen.length).toBeGreaterThan(0)
     expect(seen.every((header) => header === undefined)).toBe(true)
     await new Promise<void>((resolve) => squatter.close(() => resolve()))
+
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
+    expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}/output?after=5&wait_ms=2000`)).toMatchObject({ status: 200, body: { process: lost, chunks: [], next: 5, dropped_bytes: 0 } })
+    expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${sleeperId}/input`, { data: 'x' })).toMatchObject({ status: 409, body: { code: 'Conflict' } })
+    expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${sleeperId}/kill`, {})).toMatchObject({ status: 200, body: lost })
+    const lostEvents = await eventsUntil(b, sleeperId, 'event: end')
+    expect(lostEvents).toContain('"state":"lost"')
+    expect((await call(b, 'GET', '/v1/workspaces/w1/processes')).body['processes'].map((each: Json) => [each['id'], each['state']])).toEqual([[id, 'lost'], [sleeperId, 'lost']])
+    expect((await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: sleeperId }, workspace: 'w1' })).body['result']).toMatchObject({ process_id: sleeperId, state: 'lost', output: '' })
 
     // `a` back at the same address, without the processes of its former life: lost there and here.
     const again = await instance(root, 'a', a.port)
@@ -185,5 +184,37 @@ describe('processes across instances sharing one root', () => {
     expect((await call(b, 'DELETE', '/v1/workspaces/w1')).status).toBe(204)
     expect(await survivorsWith(marker, 10_000)).toEqual([])
     expect((await call(a, 'GET', '/v1/workspaces/w1')).status).toBe(404)
+  }, 60_000)
+
+  it('runs a workspace\'s commands on the instance that runs its processes, so they share its network', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b')
+    const port = 20_000 + Math.floor(Math.random() * 20_000)
+    const server = `python3 -u -c "import http.server as h; s = h.HTTPServer(('127.0.0.1', ${port}), h.SimpleHTTPRequestHandler); print('ready'); s.serve_forever()"`
+    const client = `python3 -c "
+import urllib.request
+try: print(urllib.request.urlopen('http://127.0.0.1:${port}/', timeout=5).status)
+except Exception as e: print('unreachable', e)"`
+    const started = await call(a, 'POST', '/v1/workspaces/w2/processes', { command: server })
+    expect(started.status).toBe(201)
+    const id = started.body['id'] as string
+    expect((await outputUntil(a, id, 'ready', 0, 'w2')).data).toContain('ready')
+
+    // exec_shell and a batch through `b` run where the server runs, and reach it.
+    const direct = await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w2' })
+    expect(direct.body['result']).toMatchObject({ exit_code: 0, stdout: '200\n' })
+    const batch = await call(b, 'POST', '/v1/tool-calls', { workspace: 'w2', calls: [{ id: 'c1', name: 'exec_shell', arguments: { command: client } }] })
+    expect(batch.body['results'][0]).toMatchObject({ ok: true, result: { stdout: '200\n' } })
+    // A process started through `b` joins them on `a`, and its status comes from `a`.
+    const second = await call(b, 'POST', '/v1/tools/process_start/execute', { arguments: { command: client, yield_ms: 10_000 }, workspace: 'w2' })
+    expect(second.body['result']).toMatchObject({ state: 'exited', exit_code: 0, output: '200\n' })
+    expect(await call(a, 'GET', `/v1/workspaces/w2/processes/${second.body['result'].process_id as string}`)).toMatchObject({ status: 200, body: { state: 'exited' } })
+    // Another workspace, through either instance, does not reach it.
+    expect((await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w3' })).body['result'].stdout).toContain('unreachable')
+
+    // Once the process has ended, commands run where they land again.
+    expect((await call(b, 'POST', `/v1/workspaces/w2/processes/${id}/kill`, {})).body).toMatchObject({ state: 'killed' })
+    expect((await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w2' })).body['result'].stdout).toContain('unreachable')
   }, 60_000)
 })

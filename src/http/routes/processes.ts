@@ -100,6 +100,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (located.where === 'elsewhere') {
       const path = `/v1/workspaces/${encodeURIComponent(id)}/processes/${encodeURIComponent(pid)}${forward.action}${forward.query ?? ''}`
       if (await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs }, request, reply)) return undefined
+      locator.markLost(request.principal.tenant, located.record)
     }
     return await lost(lostInfo(located.record))
   }
