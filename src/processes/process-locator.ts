@@ -135,8 +135,8 @@ export class ProcessLocator {
    */
   async runAtHome (tool: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
     if (asker.workspace === null || asker.forwarded === true) return undefined
-    const running = (await this.#options.records.list(asker.tenant, asker.workspace))
-      .filter((record) => record.ended_at === null && this.#ownerOf(record) !== null)
+    const running = (await this.#options.records.running(asker.tenant, asker.workspace))
+      .filter((record) => this.#ownerOf(record) !== null)
       .sort((a, b) => a.started_at.localeCompare(b.started_at))
     for (const record of running) {
       const owner = this.#ownerOf(record) as Owner

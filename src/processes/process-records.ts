@@ -1,9 +1,10 @@
 /**
  * Which instance runs each process of a persistent workspace, kept on the
  * shared workspace root so that every instance can find out: one small file
- * per process, `<root>/tenants/<tenant>/processes/<workspace>/<id>.json`,
- * written before the process starts and removed when it is forgotten (or
- * with its workspace). A record whose instance no longer knows the process
+ * per process, `<root>/tenants/<tenant>/processes/<workspace>/<id>.json`
+ * (and an empty `running/<id>` beside it while it runs on an instance with
+ * an address), written before the process starts and removed when it is
+ * forgotten (or with its workspace). A record whose instance no longer knows the process
  * stands for a `lost` one.
  */
 import { randomUUID } from 'node:crypto'
@@ -27,6 +28,9 @@ export interface ProcessRecord {
 /** The form of the ids the process table gives: anything else names no process (and never a path). */
 const PROCESS_ID = /^p_[0-9a-f]{12}$/
 
+/** The subdirectory of markers, one per process running with an address (named by its id). */
+const RUNNING = 'running'
+
 export function isProcessId (id: string): boolean {
   return PROCESS_ID.test(id)
 }
@@ -47,11 +51,22 @@ export class ProcessRecords {
    */
   async write (tenant: string, record: ProcessRecord, options: { update?: boolean } = {}): Promise<void> {
     const dir = this.#dir(tenant, record.workspace)
-    if (options.update !== true) await mkdir(dir, { recursive: true })
+    if (options.update !== true) await mkdir(path.join(dir, RUNNING), { recursive: true })
     const file = path.join(dir, `${record.id}.json`)
     const temp = `${file}.${randomUUID()}.tmp`
     await writeFile(temp, JSON.stringify(record))
     await rename(temp, file)
+    // Running elsewhere, as far as any other instance should know: a marker it finds without reading every record.
+    const marker = path.join(dir, RUNNING, record.id)
+    if (record.ended_at === null && record.owner !== null) await writeFile(marker, '')
+    else await rm(marker, { force: true })
+  }
+
+  /** The records of the workspace's processes that run on some instance that has an address, as their markers say. */
+  async running (tenant: string, workspace: string): Promise<ProcessRecord[]> {
+    const ids = await readdir(path.join(this.#dir(tenant, workspace), RUNNING)).catch(() => [] as string[])
+    const records = await Promise.all(ids.map((id) => this.read(tenant, workspace, id)))
+    return records.filter((record): record is ProcessRecord => record !== null && record.ended_at === null)
   }
 
   /** The record of process `id`, or null when there is none (or `id` is not a process id). */
@@ -70,7 +85,9 @@ export class ProcessRecords {
   }
 
   async remove (tenant: string, workspace: string, id: string): Promise<void> {
-    if (isProcessId(id)) await rm(path.join(this.#dir(tenant, workspace), `${id}.json`), { force: true })
+    if (!isProcessId(id)) return
+    await rm(path.join(this.#dir(tenant, workspace), `${id}.json`), { force: true })
+    await rm(path.join(this.#dir(tenant, workspace), RUNNING, id), { force: true })
   }
 
   #dir (tenant: string, workspace: string): string {
