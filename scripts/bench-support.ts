@@ -82,10 +82,15 @@ export async function startNode (args: string[], env: Record<string, string>, lo
   }
 }
 
-/** Resident set size of a process, in MiB (NaN once it is gone: a sampler must not crash the run). */
-export function rssMiB (pid: number): number {
+/**
+ * Resident set size of a process, in MiB (NaN once it is gone: a sampler
+ * must not crash the run); `RssAnon` gives its private part alone, without
+ * the pages of the node binary and other files it maps (shared with every
+ * process mapping them).
+ */
+export function rssMiB (pid: number, field: 'VmRSS' | 'RssAnon' = 'VmRSS'): number {
   try {
-    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+    const match = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
     return match ? Number(match[1]) / 1024 : Number.NaN
   } catch {
     return Number.NaN
