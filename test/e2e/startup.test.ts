@@ -5,9 +5,12 @@
  * once still runs in the sandbox.
  */
 import { execFileSync, spawn } from 'node:child_process'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import os from 'node:os'
+import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { MIN_NODE } from '../../src/node-version.ts'
-import { SERVER_ENTRY, startServer } from '../support/server-process.ts'
+import { freePort, type RunningServer, SERVER_ENTRY, startServer } from '../support/server-process.ts'
 
 /** Where a machine's own (older) Node is found when use-node24.sh is not in effect. */
 const SYSTEM_NODES = ['/usr/bin/node', '/bin/node', '/usr/local/bin/node']
@@ -51,6 +54,24 @@ function run (argv: string[]): Promise<{ code: number | null, stdout: string, st
   })
 }
 
+/** Polls /healthz until its first 200, as an orchestrator would. */
+async function firstHealthz (server: Pick<RunningServer, 'base' | 'child' | 'output'>): Promise<void> {
+  const deadline = Date.now() + 15_000
+  while (Date.now() < deadline) {
+    if (server.child.exitCode !== null) throw new Error(`server exited: ${server.output()}`)
+    const status = await fetch(`${server.base}/healthz`).then((response) => response.status, () => 0)
+    if (status === 200) return
+    await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+  throw new Error(`no /healthz answer: ${server.output()}`)
+}
+
+const execute = (base: string, tool: string, body: unknown) => fetch(`${base}/v1/tools/${tool}/execute`, {
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify(body),
+})
+
 describe('starting the built server', () => {
   it('on a Node.js older than the floor, says in one line which Node is needed and how to get it, and exits 1', async () => {
     const { argv, version } = oldNode()
@@ -86,5 +107,48 @@ describe('starting the built server', () => {
     const chosen = lines.findIndex((msg) => msg.startsWith('sandbox chosen'))
     expect(listening).toBeGreaterThanOrEqual(0)
     expect(chosen).toBeGreaterThan(listening)
+  })
+
+  it('serves a file tool call made right after its first /healthz answer, and refuses a bad one with its problem', async () => {
+    const server = await startServer({})
+    await firstHealthz(server)
+    // Request validators are compiled by a route's first request: these are the first.
+    const bad = await execute(server.base, 'read_file', { arguments: { path: 7 } })
+    expect(bad.status).toBe(400)
+    expect(bad.headers.get('content-type')).toContain('application/problem+json')
+    const written = await execute(server.base, 'write_file', { workspace: 'start', arguments: { path: 'a.txt', content: 'hello\n' } })
+    expect(written.status).toBe(200)
+    const read = await execute(server.base, 'read_file', { workspace: 'start', arguments: { path: 'a.txt' } })
+    expect(read.status).toBe(200)
+    expect(JSON.stringify(await read.json())).toContain('hello')
+  })
+
+  it('started as npm start does, reads the compile cache the build wrote beside the bundle', async () => {
+    const pkg = JSON.parse(await readFile(path.join(path.dirname(SERVER_ENTRY), '..', '..', 'package.json'), 'utf8')) as { scripts: { start: string } }
+    const flags = pkg.scripts.start.split(' ').filter((word) => word.startsWith('--'))
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'toolport-compile-cache-'))
+    try {
+      const config = path.join(dir, 'toolport.json')
+      await writeFile(config, JSON.stringify({ workspaces: { root: path.join(dir, 'workspaces') } }))
+      const port = await freePort()
+      const child = spawn(process.execPath, [...flags, SERVER_ENTRY], {
+        env: { PATH: process.env['PATH'] ?? '', HOST: '127.0.0.1', PORT: String(port), TOOLPORT_CONFIG: config, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      })
+      let stderr = ''
+      child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+      const closed = new Promise((resolve) => child.once('close', resolve))
+      try {
+        await firstHealthz({ base: `http://127.0.0.1:${port}`, child, output: () => stderr })
+      } finally {
+        child.kill('SIGTERM')
+        await closed
+      }
+      // Node says, per module, whether V8 took the cached code; the start chunk holds most of the service.
+      expect(stderr).toMatch(/V8 code cache for ESM file:\/\/\S+\/dist\/bundle\/chunks\/start-\S+\.js was accepted/)
+      expect(stderr).not.toMatch(/for ESM file:\/\/\S+\/chunks\/start-\S+\.js was rejected/)
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
   })
 })
