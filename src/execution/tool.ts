@@ -83,6 +83,8 @@ export interface Tool<Args = Record<string, unknown>> {
    * processes say so; executables and MCP tools always may.
    */
   changesTreeFreely?: boolean
+  /** Runs commands in the workspace's sandbox and network without changing the tree itself (process_start: the process table accounts for it). */
+  runsCommands?: boolean
   execute: (args: Args, ctx: ToolContext) => Promise<unknown>
 }
 
@@ -102,7 +104,7 @@ export function changesTreeFreely (tool: AnyTool): boolean {
  * tool runs in its own server).
  */
 export function runsCommands (tool: AnyTool): boolean {
-  return tool.source === 'executable' || (tool.source === 'builtin' && tool.changesTreeFreely === true)
+  return tool.source === 'executable' || (tool.source === 'builtin' && (tool.changesTreeFreely === true || tool.runsCommands === true))
 }
 
 /** A tool with its argument type erased, as the registry holds it. */

@@ -104,8 +104,8 @@ export function createProcessTools (locator: ProcessLocator): AnyTool[] {
       }),
       outputSchema: StartResult,
       annotations: changing,
-      // Its command may change the tree before the call answers; and it runs in the workspace's network.
-      changesTreeFreely: true,
+      // Its command runs in the workspace's network (the process table keeps the workspace's usage stale while it runs).
+      runsCommands: true,
       async execute (args, ctx) {
         ensureLasting(ctx)
         const process = await table.start({ tenant: ctx.tenant, id: ctx.workspaceId, dir: ctx.workspaceDir }, args)
