@@ -1,6 +1,26 @@
 import { readFile } from 'node:fs/promises'
+import { Writable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
-import { buildTestApp } from '../helper.ts'
+import { buildApp } from '../../src/app.ts'
+import { parseConfig } from '../../src/config.ts'
+import { createLogger } from '../../src/logger.ts'
+import { buildTestApp, onCleanup, tempDir } from '../helper.ts'
+
+/** An app whose log lines (the service's own logger, at debug) are collected as they are written. */
+async function appWithLogLines () {
+  const lines: Array<Record<string, unknown>> = []
+  const sink = new Writable({
+    write (chunk, _encoding, done) {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line))
+      done()
+    },
+  })
+  const config = parseConfig({ workspaces: { root: await tempDir() }, sandbox: { mode: 'none' }, logging: { level: 'debug' } })
+  const app = await buildApp(config, { logger: createLogger(config, { destination: sink }), defaultMetrics: false })
+  onCleanup(() => app.close())
+  await app.runtime.whenReady()
+  return { app, lines }
+}
 
 describe('operations endpoints', () => {
   it('healthz answers ok; readyz says ready, the sandbox mode and MCP states', async () => {
@@ -20,6 +40,18 @@ describe('operations endpoints', () => {
     const call = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { arguments: { path: 'a' } } })
     expect(call.statusCode).toBe(503)
     expect(call.headers['retry-after']).toBeDefined()
+  })
+
+  it('logs a 503 from readyz as the answer it is, without an error or a stack; a real failure is still logged with its stack', async () => {
+    const { app, lines } = await appWithLogLines()
+    app.get('/broken', async () => { throw new Error('a bug') })
+    app.runtime.beginDrain()
+    expect((await app.inject({ method: 'GET', url: '/readyz' })).statusCode).toBe(503)
+    expect(lines.filter((l) => (l['level'] as number) >= 40)).toEqual([])
+    expect(JSON.stringify(lines)).not.toContain('stack')
+    expect((await app.inject({ method: 'GET', url: '/broken' })).statusCode).toBe(500)
+    const failure = lines.find((l) => l['msg'] === 'request failed')
+    expect(failure).toMatchObject({ level: 50, err: { message: 'a bug', stack: expect.stringContaining('Error: a bug') } })
   })
 
   it('exposes Prometheus metrics with calls, durations, in-flight, queue and sandbox mode', async () => {

@@ -69,6 +69,21 @@ function namedTool (request: FastifyRequest): string | undefined {
 }
 
 /**
+ * A failure is logged with its stack; an answer the service chose to give
+ * (a 503 from /readyz while starting or draining, a 504 for a call that
+ * timed out) is no failure of the service, and an orchestrator polling
+ * /readyz would otherwise fill the log with stack traces.
+ */
+function logFailure (request: FastifyRequest, error: FastifyError, problem: ToolError): void {
+  if (problem.status < 500) return
+  if (error instanceof ToolError && problem.code !== 'ExecutionFailed') {
+    request.log.debug({ code: problem.code, detail: problem.message }, 'answered with a problem')
+    return
+  }
+  request.log.error({ err: error }, 'request failed')
+}
+
+/**
  * Installs the error and not-found handlers: every error leaves as
  * problem+json. The tool a route names is noted first of all, so that even a
  * 401, a 413 or a malformed body answers with `tool`.
@@ -83,7 +98,7 @@ export function installProblemHandlers (app: FastifyInstance): void {
   })
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const problem = fromFastifyError(error, request)
-    if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
+    logFailure(request, error, problem)
     return sendProblem(request, reply, problem)
   })
   app.setNotFoundHandler((request, reply) =>
