@@ -14,14 +14,22 @@ import type { AnyTool } from './tool.ts'
 // ajv-formats is CommonJS; under ESM its plugin function is the default export.
 const addFormats = ajvFormats.default as unknown as (ajv: Ajv) => Ajv
 
-const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false, useDefaults: false, validateSchema: false })
-addFormats(ajv)
+// Made by the first call that validates: a start-up that serves no call yet has no use for it.
+let ajv: Ajv | undefined
+
+function argumentsAjv (): Ajv {
+  if (ajv === undefined) {
+    ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false, useDefaults: false, validateSchema: false })
+    addFormats(ajv)
+  }
+  return ajv
+}
 
 const validators = new WeakMap<AnyTool, ValidateFunction | null>()
 
 function compile (tool: AnyTool, log: Logger): ValidateFunction | null {
   try {
-    return ajv.compile(tool.parameters)
+    return argumentsAjv().compile(tool.parameters)
   } catch (error) {
     log.warn({ tool: tool.name, err: error }, 'tool schema does not compile; its arguments are not validated here')
     return null
