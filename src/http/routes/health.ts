@@ -8,6 +8,9 @@ import { INSTANCE_HEADER } from '../../processes/peers.ts'
 export const healthRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.get('/healthz', {
     schema: { summary: 'Liveness: 200 while the process is alive', tags: ['operations'], response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+    // Its answer is a constant: plain JSON.stringify writes it, so that the first answer of a starting
+    // service (what an orchestrator waits for) does not wait for a serializer to be compiled.
+    serializerCompiler: () => JSON.stringify,
   }, async (_request, reply) => {
     // Which run of the service answers: another instance forwards a process's requests only to the run that started it.
     reply.header(INSTANCE_HEADER, runtime.instanceId)
