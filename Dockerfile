@@ -42,7 +42,7 @@ RUN apt-get update \
   && mkdir -p /var/lib/toolport/workspaces /etc/toolport \
   && chown -R toolport:toolport /var/lib/toolport
 WORKDIR /app
-# The production node_modules: the bundle leaves out the packages that read files beside their own code (pino's workers, the Swagger UI's static files).
+# The production node_modules: the bundle leaves out the packages that read files beside their own code (pino-pretty, the Swagger UI's static files).
 COPY --from=deps /app/node_modules ./node_modules
 # With its compile cache (dist/bundle/compile-cache), owned by root and read-only.
 COPY --from=build /app/dist/bundle ./dist/bundle

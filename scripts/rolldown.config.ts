@@ -14,8 +14,10 @@
  * Left external, resolved from node_modules at run time (the image copies
  * the production node_modules), are the packages that find files beside
  * their own code when they run, which a bundle would move away:
- * - pino and pino-pretty: pino's transports start a worker thread from a
- *   file in pino's and thread-stream's folders (pretty logs on a terminal);
+ * - pino-pretty, which src/logger.ts loads only for pretty lines on a
+ *   terminal. pino itself is bundled: the service never uses its transports
+ *   (a worker thread started from a file in pino's and thread-stream's
+ *   folders, which the bundle does not have beside it);
  * - @fastify/swagger-ui: serves the Swagger UI's static files from its folder.
  * And OpenTelemetry, which loads only when tracing is on: its packages share
  * one global registry through @opentelemetry/api, so they stay the single
@@ -25,7 +27,7 @@
 import path from 'node:path'
 import { defineConfig, type OutputOptions, type RolldownOptions } from 'rolldown'
 
-const EXTERNAL = [/^pino(\/|$)/, /^pino-pretty(\/|$)/, /^@fastify\/swagger-ui(\/|$)/, /^@opentelemetry\//]
+const EXTERNAL = [/^pino-pretty(\/|$)/, /^@fastify\/swagger-ui(\/|$)/, /^@opentelemetry\//]
 
 /** Rolldown's options for bundling `entry` (a path from the repository root) into `dir`. */
 export function bundleOf (entry: string, dir: string): RolldownOptions & { output: OutputOptions } {

@@ -3,7 +3,9 @@
  * every place a secret could appear redacted — bearer tokens in headers,
  * configured tokens, MCP servers' and channels' environments and webhook URLs.
  */
+import { createRequire } from 'node:module'
 import { type DestinationStream, type Logger, pino } from 'pino'
+import type { PrettyOptions } from 'pino-pretty'
 import type { Config } from './config.ts'
 
 export const REDACTED = '[redacted]'
@@ -50,10 +52,21 @@ export function logDestination (fd: number, options: { maxWaitingBytes?: number 
   return destination
 }
 
+/**
+ * Readable lines for a person at a terminal: pino-pretty as a stream in this
+ * thread, not as a pino transport (a worker thread started from a file in
+ * pino's folder), so that pino itself needs no file beside its code and is
+ * bundled. Loaded only when asked for; the bundle leaves it in node_modules.
+ */
+function prettyStdout (): DestinationStream {
+  const pretty = createRequire(import.meta.url)('pino-pretty') as (options: PrettyOptions) => DestinationStream
+  return pretty({ colorize: true })
+}
+
 /** The logger for `config`; `destination` (tests) replaces stdout. */
 export function createLogger (config: Config, options: { destination?: DestinationStream, pretty?: boolean } = {}): Logger {
   const base = { level: config.logging.level, redact: { paths: REDACT_PATHS, censor: REDACTED } }
   if (options.destination) return pino(base, options.destination)
-  if (options.pretty ?? process.stdout.isTTY) return pino({ ...base, transport: { target: 'pino-pretty', options: { colorize: true } } })
+  if (options.pretty ?? process.stdout.isTTY) return pino(base, prettyStdout())
   return pino(base, logDestination(1))
 }
