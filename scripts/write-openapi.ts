@@ -12,9 +12,8 @@ import { parseConfig } from '../src/config.ts'
 
 const root = await mkdtemp(path.join(os.tmpdir(), 'toolport-openapi-'))
 const app = await buildApp(parseConfig({ workspaces: { root }, sandbox: { mode: 'none' } }), { defaultMetrics: false })
-await app.ready()
 const target = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'openapi', 'openapi.json')
-await writeFile(target, `${JSON.stringify(app.swagger(), null, 2)}\n`)
+await writeFile(target, `${JSON.stringify(await app.openApiDocument(), null, 2)}\n`)
 await app.close()
 await rm(root, { recursive: true, force: true })
 process.stdout.write(`wrote ${target}\n`)

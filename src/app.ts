@@ -3,7 +3,6 @@
  * contract. It never listens: server.ts does, and tests use `inject` or
  * listen on port 0 themselves.
  */
-import swagger from '@fastify/swagger'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify'
 import { type Logger, pino } from 'pino'
 import type { Config } from './config.ts'
@@ -11,6 +10,7 @@ import { Runtime } from './runtime.ts'
 import { installAuth } from './http/plugins/auth.ts'
 import { idempotency } from './http/plugins/idempotency.ts'
 import { docsUi } from './http/plugins/docs-ui.ts'
+import { installOpenApiDocument } from './http/plugins/openapi-document.ts'
 import { lazySerializers } from './http/plugins/lazy-serializers.ts'
 import { lazyValidators } from './http/plugins/lazy-validators.ts'
 import { answerClientError } from './http/plugins/client-errors.ts'
@@ -112,14 +112,13 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   installAuth(app, config.auth)
 
   app.addSchema(ProblemSchema)
-  await app.register(swagger, {
+  installOpenApiDocument(app, {
     openapi: {
       openapi: '3.1.0',
       info: { title: 'Toolport', version: VERSION, description: 'Tool catalogs and sandboxed tool execution for LLM agents.' },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: config.auth.tokens.length > 0 ? [{ bearer: [] }] : [],
     },
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json['$id'] ?? `def-${i}`) },
   })
   await app.register(docsUi)
 

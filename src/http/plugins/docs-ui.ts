@@ -25,7 +25,7 @@ export const docsUi: FastifyPluginAsync = async (app) => {
   app.addHook('onClose', async () => { if (ui) await (await ui).close() })
 
   const forward = async (request: FastifyRequest, reply: FastifyReply) => {
-    ui ??= buildUi(app.swagger())
+    ui ??= app.openApiDocument().then(buildUi)
     // Always a GET: for a HEAD, Fastify drops the body and keeps its length.
     const answer = await (await ui).inject({ method: 'GET', url: request.url, headers: request.headers })
     // A page that is not there is the app's NotFound problem, as for any other URL.

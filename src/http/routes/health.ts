@@ -34,5 +34,5 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = asy
 
   app.get('/openapi.json', {
     schema: { summary: 'This OpenAPI 3.1 document', tags: ['operations'] },
-  }, async () => app.swagger())
+  }, async () => app.openApiDocument())
 }
