@@ -9,7 +9,6 @@ import { readFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import type { ErrorObject, ValidateFunction } from 'ajv'
-import { parse as parseYaml } from 'yaml'
 import type { McpServerConfig, ValidatedConfig } from './config-schema.ts'
 import { validateConfig as generatedConfigValidator, validateTokens as generatedTokensValidator } from './config-validators.ts'
 
@@ -43,6 +42,15 @@ function describe (error: ErrorObject): string {
   return error.message ?? 'is invalid'
 }
 
+/**
+ * YAML, loaded by the first file that is not JSON: the parser is a large
+ * module, which a service started with a JSON config (or none) never needs.
+ */
+async function parseYaml (text: string): Promise<unknown> {
+  const { parse } = await import('yaml')
+  return parse(text, { prettyErrors: false })
+}
+
 /** Validates a parsed config object (filling defaults) or throws ConfigError. */
 export function parseConfig (raw: unknown): Config {
   const value = raw ?? {}
@@ -71,7 +79,7 @@ export async function withTokensFile (config: Config): Promise<Config> {
   if (file === undefined) return config
   let raw: unknown
   try {
-    raw = parseYaml(await readFile(file, 'utf8'))
+    raw = await parseYaml(await readFile(file, 'utf8'))
   } catch (error) {
     throw new ConfigError(`config: auth.tokens_file: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'not YAML or JSON'}`)
   }
@@ -92,7 +100,7 @@ export async function loadConfigFile (file: string): Promise<Config> {
   }
   let raw: unknown
   try {
-    raw = /\.json$/i.test(file) ? JSON.parse(text) : parseYaml(text, { prettyErrors: false })
+    raw = /\.json$/i.test(file) ? JSON.parse(text) : await parseYaml(text)
   } catch (error) {
     const firstLine = String((error as Error).message).split('\n')[0]
     throw new ConfigError(`config: cannot parse ${file}: ${firstLine}`)
