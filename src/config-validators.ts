@@ -2,7 +2,7 @@
 /* eslint-disable */
 // @ts-nocheck
 "use strict";
-export const validateConfig = validate10;
+
 const schema11 = {"additionalProperties":false,"type":"object","required":["server","workspaces","limits","auth","sandbox","tools","channels","logging"],"properties":{"server":{"additionalProperties":false,"default":{},"type":"object","required":["host","port","body_limit_bytes","drain_timeout_ms","request_timeout_ms","max_header_bytes","max_mcp_sessions","mcp_session_idle_seconds","idempotency_ttl_seconds"],"properties":{"host":{"default":"127.0.0.1","type":"string"},"port":{"minimum":0,"maximum":65535,"default":8080,"type":"integer"},"body_limit_bytes":{"minimum":1024,"default":10485760,"type":"integer"},"drain_timeout_ms":{"minimum":0,"default":10000,"type":"integer"},"request_timeout_ms":{"minimum":100,"default":60000,"type":"integer"},"max_header_bytes":{"minimum":1024,"default":16384,"type":"integer"},"max_mcp_sessions":{"minimum":1,"default":100,"type":"integer"},"mcp_session_idle_seconds":{"minimum":1,"default":900,"type":"integer"},"idempotency_ttl_seconds":{"minimum":1,"default":86400,"type":"integer"},"advertise_url":{"pattern":"^https?://[^/?#]+/?$","type":"string"}}},"workspaces":{"additionalProperties":false,"default":{},"type":"object","required":["ttl_seconds","sweep_interval_seconds","max_archive_entries","max_archive_bytes","max_per_tenant","max_bytes","tenant_quotas"],"properties":{"root":{"type":"string"},"ephemeral_root":{"type":"string"},"ttl_seconds":{"minimum":1,"default":3600,"type":"integer"},"sweep_interval_seconds":{"minimum":1,"default":60,"type":"integer"},"max_archive_entries":{"minimum":1,"default":10000,"type":"integer"},"max_archive_bytes":{"minimum":1,"default":536870912,"type":"integer"},"max_per_tenant":{"minimum":1,"default":1000,"type":"integer"},"max_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"tenant_quotas":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","properties":{"max_workspaces":{"minimum":1,"type":"integer"},"max_workspace_bytes":{"minimum":1024,"type":"integer"}}}}}}},"limits":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","max_queue","queue_timeout_ms","max_result_bytes"],"properties":{"max_concurrent":{"minimum":1,"default":16,"type":"integer"},"max_queue":{"minimum":0,"default":256,"type":"integer"},"queue_timeout_ms":{"minimum":1,"default":30000,"type":"integer"},"max_result_bytes":{"minimum":256,"default":65536,"type":"integer"}}},"auth":{"additionalProperties":false,"default":{},"type":"object","required":["tokens","disabled"],"properties":{"tokens":{"default":[],"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}},"tokens_file":{"type":"string"},"disabled":{"default":false,"type":"boolean"}}},"sandbox":{"additionalProperties":false,"default":{},"type":"object","required":["mode","network","cpu_seconds","max_file_bytes","max_processes","max_memory_bytes","tmp_bytes"],"properties":{"mode":{"type":"string","enum":["auto","bwrap","none"],"default":"auto"},"network":{"default":false,"type":"boolean"},"cpu_seconds":{"minimum":1,"default":600,"type":"integer"},"max_file_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"max_processes":{"minimum":1,"default":256,"type":"integer"},"max_memory_bytes":{"minimum":16777216,"default":4294967296,"type":"integer"},"tmp_bytes":{"minimum":4096,"default":67108864,"type":"integer"}}},"tools":{"additionalProperties":false,"default":{},"type":"object","required":["exec_shell","processes","spawn","web_fetch","web_search","dirs","executable_timeout_seconds","stub","mcp_servers"],"properties":{"builtin":{"type":"array","items":{"type":"string"}},"exec_shell":{"additionalProperties":false,"default":{},"type":"object","required":["timeout_default","timeout_max"],"properties":{"timeout_default":{"minimum":1,"default":30,"type":"integer"},"timeout_max":{"minimum":1,"default":300,"type":"integer"},"denylist":{"type":"array","items":{"type":"string"}}}},"processes":{"additionalProperties":false,"default":{},"type":"object","required":["max_per_workspace","timeout_default","timeout_max","max_output_bytes","keep_ended"],"properties":{"max_per_workspace":{"minimum":1,"default":8,"type":"integer"},"timeout_default":{"minimum":1,"default":3600,"type":"integer"},"timeout_max":{"minimum":1,"default":86400,"type":"integer"},"max_output_bytes":{"minimum":1024,"default":1048576,"type":"integer"},"keep_ended":{"minimum":0,"default":50,"type":"integer"}}},"spawn":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","timeout_default"],"properties":{"max_concurrent":{"minimum":1,"default":5,"type":"integer"},"timeout_default":{"minimum":1,"default":60,"type":"integer"}}},"web_fetch":{"additionalProperties":false,"default":{},"type":"object","required":["max_bytes","allow_private_networks"],"properties":{"max_bytes":{"minimum":1,"default":10485760,"type":"integer"},"allow_private_networks":{"default":false,"type":"boolean"}}},"web_search":{"additionalProperties":false,"default":{},"type":"object","properties":{"endpoint":{"type":"string"}}},"dirs":{"default":[],"type":"array","items":{"type":"string"}},"executable_timeout_seconds":{"minimum":1,"default":60,"type":"integer"},"stub":{"default":false,"type":"boolean"},"mcp_servers":{"default":{},"type":"object","patternProperties":{"^[A-Za-z0-9_-]+$":{"additionalProperties":false,"type":"object","required":["args","env","internal_only","timeout_ms"],"properties":{"command":{"type":"string"},"args":{"default":[],"type":"array","items":{"type":"string"}},"env":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"type":"string"}}},"url":{"type":"string"},"internal_only":{"default":true,"type":"boolean"},"timeout_ms":{"minimum":1,"default":60000,"type":"integer"}}}}}}},"channels":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","required":["webhook"],"properties":{"webhook":{"type":"string"}}}}},"logging":{"additionalProperties":false,"default":{},"type":"object","required":["level"],"properties":{"level":{"type":"string","enum":["fatal","error","warn","info","debug","trace","silent"],"default":"info"}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const func4 = ucs2length;
@@ -10,7 +10,7 @@ const pattern0 = new RegExp("^https?://[^/?#]+/?$", "u");
 const pattern1 = new RegExp("^(.*)$", "u");
 const pattern2 = new RegExp("^[A-Za-z0-9_-]+$", "u");
 
-function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
+const validate10 = (function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
 let errors = 0;
 if(errors === 0){
@@ -1773,12 +1773,12 @@ return false;
 }
 validate10.errors = vErrors;
 return errors === 0;
-}
+});
 
-export const validateTokens = validate11;
+
 const schema12 = {"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}};
 
-function validate11(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
+const validate11 = (function validate11(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 let vErrors = null;
 let errors = 0;
 if(errors === 0){
@@ -1903,7 +1903,7 @@ return false;
 }
 validate11.errors = vErrors;
 return errors === 0;
-}
+});
 
 function ucs2length(str) {
     const len = str.length;
@@ -1922,3 +1922,6 @@ function ucs2length(str) {
     }
     return length;
 }
+
+export const validateConfig = validate10;
+export const validateTokens = validate11;
