@@ -15,7 +15,7 @@ import path from 'node:path'
 import { type Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { createGunzip } from 'node:zlib'
-import * as tar from 'tar'
+import type { Header, ReadEntry } from 'tar'
 import { ToolError } from '../errors.ts'
 import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
 import { directorySize } from './directory-size.ts'
@@ -23,6 +23,7 @@ import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
+import { loadTar } from './tar-module.ts'
 
 export interface ArchiveLimits {
   maxEntries: number
@@ -42,7 +43,7 @@ export interface ExtractReport {
 const KEPT_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'SymbolicLink'])
 
 /** Why an entry is refused, or null when it may be extracted. */
-function refusal (entry: tar.ReadEntry | tar.Header, stagingDir: string): string | null {
+function refusal (entry: ReadEntry | Header, stagingDir: string): string | null {
   const name = entry.path ?? ''
   if (!KEPT_TYPES.has(String(entry.type))) return `entry type ${String(entry.type)} is not allowed (only files, directories and symlinks)`
   if (name.startsWith('/') || /^[A-Za-z]:/.test(name)) return 'absolute path'
@@ -102,13 +103,14 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   let entries = 0
   let bytes = 0
   let limitError: ToolError | undefined
+  const tar = await loadTar()
   const extractor = tar.x({
     cwd: staging,
     strict: true,
     preserveOwner: false,
     noChmod: true,
     filter: (entryPath, stat) => {
-      const entry = stat as tar.ReadEntry
+      const entry = stat as ReadEntry
       const why = refusal(entry, staging)
       if (why) {
         if (report.skipped.length < 100) report.skipped.push({ path: entryPath, reason: why })

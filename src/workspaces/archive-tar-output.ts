@@ -12,7 +12,8 @@
  */
 import type { FileHandle } from 'node:fs/promises'
 import type { Writable } from 'node:stream'
-import { Header, type HeaderData, Pax } from 'tar'
+import type { HeaderData } from 'tar'
+import type { TarModule } from './tar-module.ts'
 
 const BLOCK = 512
 /** The buffer of one download: the largest chunk written to gzip, and the most of a file read at once. */
@@ -20,20 +21,22 @@ export const TAR_BUFFER_BYTES = 64 * 1024
 
 export class TarOutput {
   readonly #into: Writable
+  readonly #tar: TarModule
   readonly #buffer = Buffer.alloc(TAR_BUFFER_BYTES)
   #filled = 0
   /** Where a header is encoded before it is copied in (it may need a pax record first). */
   readonly #header = Buffer.alloc(BLOCK)
 
-  constructor (into: Writable) {
+  constructor (into: Writable, tar: TarModule) {
     this.#into = into
+    this.#tar = tar
   }
 
   /** An entry's header block, after a pax record when a field (a long name, say) does not fit in it. */
   async header (data: HeaderData): Promise<void> {
     const block = this.#header.fill(0)
-    if (new Header(data).encode(block)) {
-      await this.#copy(new Pax({ path: data.path, linkpath: data.linkpath, size: data.size, mtime: data.mtime }).encode())
+    if (new this.#tar.Header(data).encode(block)) {
+      await this.#copy(new this.#tar.Pax({ path: data.path, linkpath: data.linkpath, size: data.size, mtime: data.mtime }).encode())
     }
     await this.#copy(block)
   }
