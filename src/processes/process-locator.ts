@@ -110,16 +110,7 @@ export class ProcessLocator {
   async callTool (owner: Owner, record: ProcessRecord, name: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
     const waitMs = typeof args['wait_ms'] === 'number' ? args['wait_ms'] : 1000
     try {
-      const answer = await this.#options.peers.json(owner, {
-        method: 'POST',
-        path: `/v1/tools/${encodeURIComponent(name)}/execute`,
-        body: { arguments: args, workspace: asker.workspace, max_result_bytes: asker.maxResultBytes },
-        credentials: asker.credentials,
-        requestId: asker.requestId,
-        signal: asker.signal,
-        waitMs: waitMs + KILL_GRACE_MS,
-      }) as { result?: unknown, truncated?: unknown }
-      return { result: answer.result, truncated: answer.truncated === true }
+      return await this.#execute(owner, name, args, asker, waitMs + KILL_GRACE_MS)
     } catch (error) {
       if (!(error instanceof OwnerGone) && !(error instanceof ToolError && error.code === 'NotFound')) throw error
       this.markLost(asker.tenant, record)
@@ -141,16 +132,7 @@ export class ProcessLocator {
     for (const record of running) {
       const owner = this.#ownerOf(record) as Owner
       try {
-        const answer = await this.#options.peers.json(owner, {
-          method: 'POST',
-          path: `/v1/tools/${encodeURIComponent(tool)}/execute`,
-          body: { arguments: args, workspace: asker.workspace, max_result_bytes: asker.maxResultBytes },
-          credentials: asker.credentials,
-          requestId: asker.requestId,
-          signal: asker.signal,
-          waitMs: this.#options.longestCallMs,
-        }) as { result?: unknown, truncated?: unknown }
-        return { result: answer.result, truncated: answer.truncated === true }
+        return await this.#execute(owner, tool, args, asker, this.#options.longestCallMs)
       } catch (error) {
         if (!(error instanceof OwnerGone)) throw error
         if (error.maybeDelivered) throw new ToolError('Overloaded', 'the instance that runs this workspace\'s processes stopped answering during the call; it may have run there', { retryAfterSeconds: 1 })
@@ -164,6 +146,20 @@ export class ProcessLocator {
   markLost (tenant: string, record: ProcessRecord): void {
     if (record.owner === null) return
     this.#options.records.write(tenant, { ...record, owner: null }, { update: true }).catch(() => {})
+  }
+
+  /** `POST /v1/tools/{tool}/execute` at `owner`, as the caller, in the asker's workspace. */
+  async #execute (owner: Owner, tool: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }, waitMs: number): Promise<{ result: unknown, truncated: boolean }> {
+    const answer = await this.#options.peers.json(owner, {
+      method: 'POST',
+      path: `/v1/tools/${encodeURIComponent(tool)}/execute`,
+      body: { arguments: args, workspace: asker.workspace, max_result_bytes: asker.maxResultBytes },
+      credentials: asker.credentials,
+      requestId: asker.requestId,
+      signal: asker.signal,
+      waitMs,
+    }) as { result?: unknown, truncated?: unknown }
+    return { result: answer.result, truncated: answer.truncated === true }
   }
 
   /** The instance to ask about a record's process: null when none can know it (it ran here, in this run or an earlier one, or where no one can reach). */
