@@ -26,7 +26,7 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { execa } from 'execa'
-import { peakRss, rssMiB, SERVICE_ENTRY as SERVER, startNode } from './bench-support.ts'
+import { median, peakRss, round2, rssMiB, SERVICE_ENTRY as SERVER, startNode } from './bench-support.ts'
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 30)
@@ -41,13 +41,6 @@ const IDLE_RSS_BUDGET_MIB = 30
 const FLOOD_RSS_BUDGET_MIB = 16
 
 type Json = Record<string, any>
-
-const round2 = (n: number): number => Math.round(n * 100) / 100
-function median (values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle] as number : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
-}
 
 const rows: string[][] = []
 function judge (what: string, measured: string, budget: string, ok?: boolean): void {

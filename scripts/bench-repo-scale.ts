@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto'
 import { mkdir, mkdtemp, open, rm, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
-import { peakRss, rssMiB, SERVICE_ENTRY as SERVER, startNode } from './bench-support.ts'
+import { median, peakRss, round2, rssMiB, SERVICE_ENTRY as SERVER, startNode } from './bench-support.ts'
 
 const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? 15)
 const THINK_MS = Number(process.env['BENCH_THINK_MS'] ?? 1500)
@@ -24,12 +24,6 @@ const MiB = 1024 * 1024
 type Workspace = 'small' | 'big'
 const WORKSPACES: Workspace[] = ['small', 'big']
 
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle] as number : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
-}
-const round2 = (n: number): number => Math.round(n * 100) / 100
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
 
 const dir = await mkdtemp(path.join(os.tmpdir(), 'toolport-bench-repo-'))

@@ -155,3 +155,38 @@ export async function spawnLoop (argv: string[], cwd: string, count: number): Pr
   }
   return (performance.now() - started) / count
 }
+
+/** Rounded to two decimals, for the printed tables. */
+export const round2 = (value: number): number => Math.round(value * 100) / 100
+
+export function median (values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle] as number : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
+}
+
+/** The run whose throughput is the median (its latencies come with it). */
+export function medianRun (runs: LoadResult[]): LoadResult {
+  const target = median(runs.map((r) => r.rps))
+  return runs.reduce((best, r) => Math.abs(r.rps - target) < Math.abs(best.rps - target) ? r : best)
+}
+
+/**
+ * Toolport and its baseline in alternating rounds (each order half of the
+ * time) rather than one long run each: this machine's speed drifts by tens
+ * of percent over seconds, and a drift must not fall on one side only.
+ */
+export async function alternate<T> (rounds: number, toolport: () => Promise<T>, bare: () => Promise<T>): Promise<{ toolport: T[], bare: T[] }> {
+  const t: T[] = []
+  const b: T[] = []
+  for (let round = 0; round < rounds; round++) {
+    if (round % 2 === 0) {
+      b.push(await bare())
+      t.push(await toolport())
+    } else {
+      t.push(await toolport())
+      b.push(await bare())
+    }
+  }
+  return { toolport: t, bare: b }
+}

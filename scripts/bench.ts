@@ -20,7 +20,7 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 import { build } from 'rolldown'
-import { type Child, load, type LoadResult, peakRss, rssMiB, SERVICE_ENTRY as SERVER, spawnLoop, startNode } from './bench-support.ts'
+import { alternate, type Child, load, type LoadResult, median, medianRun, peakRss, round2, rssMiB, SERVICE_ENTRY as SERVER, spawnLoop, startNode } from './bench-support.ts'
 import { bundleOf } from './rolldown.config.ts'
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..')
@@ -49,40 +49,7 @@ function report (what: string, measured: string, budget = '', ok?: boolean): voi
   console.log(`  ${what}: ${measured}${budget ? `  (budget: ${budget}) ${verdict}` : ''}`)
 }
 
-const round2 = (value: number) => Math.round(value * 100) / 100
 const fmt = (r: LoadResult) => `${Math.round(r.rps)} req/s, mean ${round2(r.mean)} ms, p50 ${r.p50} ms, p99 ${r.p99} ms`
-
-function median (values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle] as number : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2
-}
-
-/** The run whose throughput is the median (its latencies come with it). */
-function medianRun (runs: LoadResult[]): LoadResult {
-  const target = median(runs.map((r) => r.rps))
-  return runs.reduce((best, r) => Math.abs(r.rps - target) < Math.abs(best.rps - target) ? r : best)
-}
-
-/**
- * Toolport and its baseline in alternating rounds (each order half of the
- * time) rather than one long run each: this machine's speed drifts by tens
- * of percent over seconds, and a drift must not fall on one side only.
- */
-async function alternate<T> (rounds: number, toolport: () => Promise<T>, bare: () => Promise<T>): Promise<{ toolport: T[], bare: T[] }> {
-  const t: T[] = []
-  const b: T[] = []
-  for (let round = 0; round < rounds; round++) {
-    if (round % 2 === 0) {
-      b.push(await bare())
-      t.push(await toolport())
-    } else {
-      t.push(await toolport())
-      b.push(await bare())
-    }
-  }
-  return { toolport: t, bare: b }
-}
 
 async function findFile (dir: string, name: string): Promise<string> {
   for (const entry of await readdir(dir, { recursive: true, withFileTypes: true })) {
