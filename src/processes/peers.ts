@@ -43,7 +43,7 @@ export class OwnerGone extends Error {
 
 export interface PeerRequest {
   method: 'GET' | 'POST'
-  /** The path and query string, as the caller sent them. */
+  /** The path and query string, rebuilt from checked parts (never a caller's raw URL): it must stay at the owner's address. */
   path: string
   /** The caller's Authorization header, passed on as it came. */
   credentials?: string | undefined

@@ -84,7 +84,8 @@ export class ProcessLocator {
       const owner = this.#ownerOf(record)
       const key = owner === null ? '' : `${owner.instance} ${owner.url}`
       const group = byOwner.get(key) ?? { owner, records: [] }
-      byOwner.set(key, { owner, records: [...group.records, record] })
+      group.records.push(record)
+      byOwner.set(key, group)
     }
     const lost: ProcessRecord[] = []
     const away: ProcessInfo[] = []

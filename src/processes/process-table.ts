@@ -15,14 +15,14 @@ import type { ProcessRunner } from '../sandbox/types.ts'
 import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
-
-let execaModule: Promise<typeof import('execa')> | undefined
-/** execa is loaded on the first start: its many modules would otherwise cost every service start-up. */
-const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
 import { ManagedProcess } from './managed-process.ts'
 import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
 import type { ProcessRecords } from './process-records.ts'
+
+let execaModule: Promise<typeof import('execa')> | undefined
+/** execa is loaded on the first start: its many modules would otherwise cost every service start-up. */
+const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
 
 export interface StartRequest {
   command: string
