@@ -6,7 +6,7 @@
  * of events that may have overflowed the kernel's queue) the scan lists
  * everything and stays exact.
  */
-import { existsSync } from 'node:fs'
+import { existsSync, statSync } from 'node:fs'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
@@ -77,6 +77,29 @@ describe('workspace usage, watched per directory', () => {
     expect(answered).toEqual(truth)
     expect(usage.watched).toBe(true)
     expect(usage.fullScans).toBe(fullScans + 1)
+  })
+
+  it('hears a directory that was removed and made again, though it may have the same inode number', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    await shell(app, 'again', 'mkdir -p dir/sub && printf 1 > dir/sub/f')
+    const dir = app.runtime.workspaces.get('default', 'again').dir
+    const usage = usageOf(dir)
+    await usage.refresh()
+    const inodes = new Set<number>()
+    for (let round = 0; round < 5; round++) {
+      inodes.add(statSync(path.join(dir, 'dir')).ino)
+      // Removed whole, then made again: ext4 gives the new directory a freed inode number at once.
+      await shell(app, 'again', 'rm -r dir && mkdir dir && printf 22 > dir/made')
+      let { answered, truth } = await answeredAndTrue(app, 'again')
+      expect({ round, answered }).toEqual({ round, answered: truth })
+      // Heard only through the new directory's own watch.
+      await shell(app, 'again', 'printf 333 >> dir/made && mkdir dir/sub && printf 1 > dir/sub/f')
+      ;({ answered, truth } = await answeredAndTrue(app, 'again'))
+      expect({ round, answered }).toEqual({ round, answered: truth })
+    }
+    expect(usage.watched).toBe(true)
+    // The case this guards happened at least once here (a filesystem that never reuses a number at once makes it moot).
+    expect(inodes.size).toBeLessThan(5)
   })
 
   it('refuses a write right after a process filled the workspace, writing nothing, without listing every directory', async () => {
