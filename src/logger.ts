@@ -28,6 +28,8 @@ export const REDACT_PATHS = [
 const LOG_BATCH_BYTES = 4096
 const LOG_FLUSH_MS = 200
 const LOG_MAX_WAITING_BYTES = 16 * 1024 * 1024
+/** How long the exit waits for an output that is full (a pipe nobody reads) to take what is waiting. */
+const LOG_EXIT_WAIT_MS = 1000
 
 /**
  * Where log lines go: asynchronous and batched, so that a line per call does
@@ -36,9 +38,31 @@ const LOG_MAX_WAITING_BYTES = 16 * 1024 * 1024
  * stdout nobody reads holds a bounded backlog (past it, lines are dropped).
  */
 export function logDestination (fd: number, options: { maxWaitingBytes?: number } = {}) {
-  const destination = pino.destination({ dest: fd, sync: false, minLength: LOG_BATCH_BYTES, periodicFlush: LOG_FLUSH_MS, maxLength: options.maxWaitingBytes ?? LOG_MAX_WAITING_BYTES })
+  /** While the exit flushes: how long a full output is waited for. */
+  let exitDeadline: number | undefined
+  const destination = pino.destination({
+    dest: fd,
+    sync: false,
+    minLength: LOG_BATCH_BYTES,
+    periodicFlush: LOG_FLUSH_MS,
+    maxLength: options.maxWaitingBytes ?? LOG_MAX_WAITING_BYTES,
+    // A full output is retried for as long as the service runs (it may drain), but at exit only until the deadline.
+    retryEAGAIN: () => exitDeadline === undefined || Date.now() < exitDeadline,
+  })
+  // The flush at exit (pino's, synchronous) throws when the output fails or stays full: the exit
+  // goes on without what was waiting, rather than not at all.
+  const flushSync = destination.flushSync.bind(destination)
+  destination.flushSync = () => {
+    exitDeadline = Date.now() + LOG_EXIT_WAIT_MS
+    try {
+      flushSync()
+    } catch {
+    } finally {
+      exitDeadline = undefined
+    }
+  }
   // A destination that fails (a full disk, a closed descriptor) is cut off: its error would
-  // otherwise end the service, and its flush at exit retries forever. Lines are dropped from then on.
+  // otherwise end the service. Lines are dropped from then on.
   destination.once('error', (error: NodeJS.ErrnoException) => {
     process.stderr.write(`toolport: writing log lines failed (${error.code ?? error.message}); further log lines are dropped\n`)
     Object.assign(destination, {

@@ -86,6 +86,23 @@ process.exit(0)`
   })
 })
 
+/** Runs `script` with stdout on `stdout`; answers its exit code and stderr, or null if it was still running after 10 s. */
+async function exitOf (script: string, stdout: number): Promise<{ code: number | null, stderr: string }> {
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', stdout, 'pipe'] })
+  let stderr = ''
+  child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const code = await new Promise<number | null>((resolve) => {
+    const timer = setTimeout(() => { child.kill('SIGKILL'); resolve(null) }, 10_000)
+    child.once('exit', (exitCode) => { clearTimeout(timer); resolve(exitCode) })
+  })
+  return { code, stderr }
+}
+
+/** Logs lines that stay waiting in the destination (below its batch), then exits at once. */
+const EXIT_WITH_LINES_WAITING = `import { createLogger } from ${JSON.stringify(SOURCE)}
+const log = createLogger({ logging: { level: 'info' } }, { pretty: false })
+setTimeout(() => { log.info('waiting'); log.info('still waiting'); process.exit(0) }, 300)`
+
 describe('a log output that fails', () => {
   it('is cut off with one line on stderr: the process goes on and exits when asked, never stuck on a full disk', async () => {
     const script = `import { createLogger } from ${JSON.stringify(SOURCE)}
@@ -104,5 +121,37 @@ setTimeout(() => { log.info('after the failure'); log.flush(() => { console.erro
     expect(stderr).toContain('writing log lines failed (ENOSPC)')
     expect(stderr).toContain('alive')
     expect(code).toBe(0)
+  })
+
+  it('does not hold the exit when the pipe was closed while lines were waiting (a reader that went away)', async () => {
+    const fifo = path.join(await tempDir('log-'), 'pipe')
+    execFileSync('mkfifo', [fifo])
+    const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK)
+    const writer = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK)
+    fds.push(writer)
+    // The only reader goes away before anything is written: the exit's flush gets EPIPE.
+    closeSync(reader)
+    const { code, stderr } = await exitOf(EXIT_WITH_LINES_WAITING, writer)
+    expect(code).toBe(0)
+    expect(stderr).toBe('')
+  })
+
+  it('does not hold the exit for longer than a bounded wait when the pipe nobody reads is full', async () => {
+    const fifo = path.join(await tempDir('log-'), 'pipe')
+    execFileSync('mkfifo', [fifo])
+    // In the child, whose stdio Node makes blocking: a descriptor of its own, non-blocking as the
+    // service's stdout pipe may be, filled so that every write of the exit's flush gets EAGAIN.
+    const script = `import { constants, openSync, writeSync } from 'node:fs'
+import pino from 'pino'
+import { logDestination } from ${JSON.stringify(SOURCE)}
+const fd = openSync(${JSON.stringify(fifo)}, constants.O_RDWR | constants.O_NONBLOCK)
+for (const block = Buffer.alloc(65536, 'x'); ;) {
+  try { writeSync(fd, block) } catch { break }
+}
+const log = pino(logDestination(fd))
+setTimeout(() => { log.info('waiting'); process.exit(0) }, 300)`
+    const { code, stderr } = await exitOf(script, 1)
+    expect(code).toBe(0)
+    expect(stderr).toBe('')
   })
 })
