@@ -74,6 +74,10 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // One completion line per tool call comes from the execution path; per-request lines would double it.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'request_id' }),
     return503OnClosing: true,
+    // No HEAD twin of every GET route: a HEAD would do the GET's work and throw the answer away
+    // (pack a workspace's archive, wait out an output long-poll), and each twin is a route more to
+    // register at start. The health checks answer HEAD (routes/health.ts).
+    exposeHeadRoutes: false,
     // close() comes after the drain (server.ts): whatever connection is still open then is idle or a stream.
     forceCloseConnections: true,
     schemaController: { compilersFactory: { buildSerializer: lazySerializers, buildValidator: lazyValidators() } },

@@ -79,6 +79,22 @@ describe('operations endpoints', () => {
     }
   })
 
+  it('answers HEAD on the health checks; a HEAD of any other route is not run as its GET (an archive is not packed)', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    const write = await app.inject({ method: 'POST', url: '/v1/tools/write_file/execute', payload: { arguments: { path: 'a.txt', content: 'a' }, workspace: 'ws' } })
+    expect(write.statusCode).toBe(200)
+    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/ws/archive' })).statusCode).toBe(200)
+    const health = await app.inject({ method: 'HEAD', url: '/healthz' })
+    expect(health.statusCode).toBe(200)
+    expect(health.body).toBe('')
+    expect((await app.inject({ method: 'HEAD', url: '/readyz' })).statusCode).toBe(200)
+    app.runtime.beginDrain()
+    expect((await app.inject({ method: 'HEAD', url: '/readyz' })).statusCode).toBe(503)
+    const archive = await app.inject({ method: 'HEAD', url: '/v1/workspaces/ws/archive' })
+    expect(archive.statusCode).toBe(404)
+    expect(archive.headers['content-type']).not.toMatch(/gzip|tar/)
+  })
+
   it('answers unknown routes with a NotFound problem', async () => {
     const app = await buildTestApp()
     const response = await app.inject({ method: 'GET', url: '/v2/nothing' })

@@ -11,6 +11,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = asy
     // Its answer is a constant: plain JSON.stringify writes it, so that the first answer of a starting
     // service (what an orchestrator waits for) does not wait for a serializer to be compiled.
     serializerCompiler: () => JSON.stringify,
+    exposeHeadRoute: true,
   }, async (_request, reply) => {
     // Which run of the service answers: another instance forwards a process's requests only to the run that started it.
     reply.header(INSTANCE_HEADER, runtime.instanceId)
@@ -19,6 +20,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = asy
 
   app.get('/readyz', {
     schema: { summary: 'Readiness: 200 when serving; 503 while starting or draining', tags: ['operations'] },
+    exposeHeadRoute: true,
   }, async () => {
     const state = { sandbox: runtime.runner?.mode ?? 'unknown', mcp_servers: runtime.mcpStates() }
     if (runtime.readiness === 'ready') return { status: 'ready', ...state }
