@@ -3,8 +3,9 @@
  * about a process that another instance runs goes to that instance, with
  * the caller's own credentials, in bounded time, and marked as forwarded, so
  * that it is answered there and never sent on again. An instance that does
- * not answer in time (refused, unreachable, silent) is `OwnerGone`: its
- * processes are lost.
+ * not answer in time (refused, unreachable, silent), or is not the run that
+ * started the process, is `OwnerGone`: its processes are lost, for good or
+ * for as long as it does not answer (process-locator.ts).
  */
 import type { Readable } from 'node:stream'
 import type { Agent } from 'undici'
@@ -30,14 +31,25 @@ export interface Owner {
 /** Failures that leave no doubt the request never reached the instance. */
 const NOT_SENT = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT'])
 
+/**
+ * Why the instance that runs a process could not answer for it: `replaced`
+ * leaves no doubt that the process is gone (another run of the service, or
+ * something else, answers at its address; or it answered that it does not
+ * know the process), `unanswered` may pass (a restart under way, a network
+ * that failed for a moment).
+ */
+export type Unreachable = 'replaced' | 'unanswered'
+
 export class OwnerGone extends Error {
   /** The request may have reached the instance before it stopped answering (a call may have run there). */
   readonly maybeDelivered: boolean
+  readonly reason: Unreachable
 
-  constructor (owner: Owner, options: { cause?: unknown, sent?: boolean } = {}) {
+  constructor (owner: Owner, options: { cause?: unknown, sent?: boolean, reason?: Unreachable } = {}) {
     super(`the instance at ${owner.url} does not answer, or is not the one that ran the process`, options)
     const code = (options.cause as { code?: unknown } | undefined)?.code
     this.maybeDelivered = options.sent === true && !(typeof code === 'string' && NOT_SENT.has(code))
+    this.reason = options.reason ?? 'unanswered'
   }
 }
 
@@ -138,7 +150,7 @@ export class Peers {
       if (signal?.aborted === true) throw error
       throw new OwnerGone(owner, { cause: error })
     }
-    if (instance !== owner.instance) throw new OwnerGone(owner)
+    if (instance !== owner.instance) throw new OwnerGone(owner, { reason: 'replaced' })
   }
 
   #undici (): Promise<{ agent: Agent, request: typeof import('undici').request }> {

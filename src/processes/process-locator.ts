@@ -4,10 +4,17 @@
  * record, reached by forwarding), or nowhere any more: `lost`, when the
  * instance that ran it does not answer, or answers that it does not know it
  * (it was restarted).
+ *
+ * Lost for good (the record says so, and that address is never asked
+ * again) only when that leaves no doubt: another run answers at the
+ * address, the instance does not know the process, or it has not answered
+ * for `lostAfterMs`. Before that, a request it does not answer is told
+ * `lost`, and the next one asks again: an instance that was out of reach
+ * for a moment still has its processes.
  */
 import { ToolError } from '../errors.ts'
 import { KILL_GRACE_MS, type ManagedProcess, type ProcessInfo } from './managed-process.ts'
-import { type Owner, OwnerGone, type Peers } from './peers.ts'
+import { type Owner, OwnerGone, type Peers, type Unreachable } from './peers.ts'
 import type { ProcessRecord, ProcessRecords } from './process-records.ts'
 import type { ProcessTable } from './process-table.ts'
 
@@ -40,7 +47,12 @@ export interface ProcessLocatorOptions {
   keepEnded: number
   /** The longest a call that runs commands may take (its tool's longest timeout): a call forwarded to run there waits that long. */
   longestCallMs: number
+  /** How long an instance may not answer before its processes are lost for good (default UNANSWERED_LOST_MS). */
+  lostAfterMs?: number
 }
+
+/** How long an instance may not answer before its processes are lost for good: past a restart or a network's hiccup. */
+export const UNANSWERED_LOST_MS = 60_000
 
 /** What a lost process looks like: its record, and nothing known of how it ended. */
 export function lostInfo (record: ProcessRecord): ProcessInfo {
@@ -88,20 +100,26 @@ export class ProcessLocator {
       byOwner.set(key, group)
     }
     const lost: ProcessRecord[] = []
+    const unanswered: ProcessRecord[] = []
     const away: ProcessInfo[] = []
     await Promise.all([...byOwner.values()].map(async ({ owner, records }) => {
-      const theirs = owner === null ? new Map<string, ProcessInfo>() : await this.#listAt(owner, asker)
+      const theirs = owner === null ? 'replaced' : await this.#listAt(owner, asker)
       for (const record of records) {
-        const info = theirs.get(record.id)
+        const info = theirs instanceof Map ? theirs.get(record.id) : undefined
         if (info) {
           away.push(info)
+          this.ownerAnswered(asker.tenant, record)
+        } else if (theirs === 'unanswered') {
+          unanswered.push(record)
+          this.ownerUnreachable(asker.tenant, record, 'unanswered')
         } else {
           lost.push(record)
           this.markLost(asker.tenant, record)
         }
       }
     }))
-    return [...here, ...away, ...this.#keptLost(asker, lost).map(lostInfo)].sort((a, b) => a.started_at.localeCompare(b.started_at))
+    const shown = [...here, ...away, ...unanswered.map(lostInfo), ...this.#keptLost(asker, lost).map(lostInfo)]
+    return shown.sort((a, b) => a.started_at.localeCompare(b.started_at))
   }
 
   /**
@@ -111,10 +129,13 @@ export class ProcessLocator {
   async callTool (owner: Owner, record: ProcessRecord, name: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
     const waitMs = typeof args['wait_ms'] === 'number' ? args['wait_ms'] : 1000
     try {
-      return await this.#execute(owner, name, args, asker, waitMs + KILL_GRACE_MS)
+      const answer = await this.#execute(owner, name, args, asker, waitMs + KILL_GRACE_MS)
+      this.ownerAnswered(asker.tenant, record)
+      return answer
     } catch (error) {
-      if (!(error instanceof OwnerGone) && !(error instanceof ToolError && error.code === 'NotFound')) throw error
-      this.markLost(asker.tenant, record)
+      if (error instanceof OwnerGone) this.ownerUnreachable(asker.tenant, record, error.reason)
+      else if (error instanceof ToolError && error.code === 'NotFound') this.markLost(asker.tenant, record)
+      else throw error
       return undefined
     }
   }
@@ -137,7 +158,7 @@ export class ProcessLocator {
       } catch (error) {
         if (!(error instanceof OwnerGone)) throw error
         if (error.maybeDelivered) throw new ToolError('Overloaded', 'the instance that runs this workspace\'s processes stopped answering during the call; it may have run there', { retryAfterSeconds: 1 })
-        this.markLost(asker.tenant, record)
+        this.ownerUnreachable(asker.tenant, record, error.reason)
       }
     }
     return undefined
@@ -146,7 +167,27 @@ export class ProcessLocator {
   /** The instance that ran a record's process is gone (or restarted): it is lost for good, and never asked again. */
   markLost (tenant: string, record: ProcessRecord): void {
     if (record.owner === null) return
-    this.#options.records.write(tenant, { ...record, owner: null }, { update: true }).catch(() => {})
+    const { unanswered_since: _, ...rest } = record
+    this.#options.records.write(tenant, { ...rest, owner: null }, { update: true }).catch(() => {})
+  }
+
+  /**
+   * The instance that runs a record's process could not answer for it: lost
+   * for good when `reason` leaves no doubt or it has not answered for
+   * `lostAfterMs`; until then the record notes since when.
+   */
+  ownerUnreachable (tenant: string, record: ProcessRecord, reason: Unreachable): void {
+    if (record.owner === null) return
+    const since = record.unanswered_since === undefined ? Number.NaN : Date.parse(record.unanswered_since)
+    if (reason === 'replaced' || Date.now() - since >= (this.#options.lostAfterMs ?? UNANSWERED_LOST_MS)) return this.markLost(tenant, record)
+    if (Number.isNaN(since)) this.#options.records.write(tenant, { ...record, unanswered_since: new Date().toISOString() }, { update: true }).catch(() => {})
+  }
+
+  /** The instance that runs a record's process answered for it: a silence before is forgotten. */
+  ownerAnswered (tenant: string, record: ProcessRecord): void {
+    if (record.unanswered_since === undefined) return
+    const { unanswered_since: _, ...rest } = record
+    this.#options.records.write(tenant, rest, { update: true }).catch(() => {})
   }
 
   /** `POST /v1/tools/{tool}/execute` at `owner`, as the caller, in the asker's workspace. */
@@ -168,8 +209,8 @@ export class ProcessLocator {
     return record.owner !== null && record.owner !== this.#options.self ? { url: record.owner, instance: record.instance } : null
   }
 
-  /** The processes another instance runs in the asker's workspace, by id; none when it does not answer. */
-  async #listAt (owner: Owner, asker: Asker): Promise<Map<string, ProcessInfo>> {
+  /** The processes another instance runs in the asker's workspace, by id; why not, when it cannot answer. */
+  async #listAt (owner: Owner, asker: Asker): Promise<Map<string, ProcessInfo> | Unreachable> {
     try {
       const answer = await this.#options.peers.json(owner, {
         method: 'GET',
@@ -181,7 +222,8 @@ export class ProcessLocator {
       const processes = Array.isArray(answer.processes) ? answer.processes as ProcessInfo[] : []
       return new Map(processes.filter((each) => typeof each?.id === 'string').map((each) => [each.id, each]))
     } catch (error) {
-      if (error instanceof OwnerGone || (error instanceof ToolError && error.code === 'NotFound')) return new Map()
+      if (error instanceof OwnerGone) return error.reason
+      if (error instanceof ToolError && error.code === 'NotFound') return 'replaced'
       throw error
     }
   }

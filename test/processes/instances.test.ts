@@ -6,6 +6,7 @@
  * gone (stopped, or restarted without it) it is `lost` everywhere.
  */
 import http from 'node:http'
+import net from 'node:net'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { freePort, type RunningServer, startServer, waitReady } from '../support/server-process.ts'
@@ -19,7 +20,7 @@ const TOKENS = [{ token: 'token-acme', tenant: 'acme' }, { token: 'token-other',
 
 interface Instance { server: RunningServer, port: number }
 
-async function instance (root: string, name: string, port?: number, workspaces: Json = {}): Promise<Instance> {
+async function instance (root: string, name: string, port?: number, workspaces: Json = {}, advertised?: number): Promise<Instance> {
   const chosen = port ?? await freePort()
   const config = {
     workspaces: { root, ephemeral_root: path.join(path.dirname(root), `ephemeral-${name}`), ...workspaces },
@@ -27,7 +28,7 @@ async function instance (root: string, name: string, port?: number, workspaces: 
     tools: { builtin: ['*'] },
     logging: { level: 'warn' },
   }
-  const server = await startServer(config, { PORT: String(chosen), TOOLPORT_ADVERTISE_URL: `http://127.0.0.1:${chosen}` })
+  const server = await startServer(config, { PORT: String(chosen), TOOLPORT_ADVERTISE_URL: `http://127.0.0.1:${advertised ?? chosen}` })
   await waitReady(server)
   return { server, port: chosen }
 }
@@ -38,6 +39,32 @@ async function call (at: Instance, method: string, url: string, body?: unknown, 
   const response = await fetch(at.server.base + url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(20_000) })
   const text = await response.text()
   return { status: response.status, body: (text === '' ? {} : JSON.parse(text)) as Json }
+}
+
+/** A TCP relay in front of an instance, as the network between pods: it can be cut and mended at the same port. */
+async function linkTo (target: number): Promise<{ port: number, cut: () => Promise<void>, mend: () => Promise<void> }> {
+  const sockets = new Set<net.Socket>()
+  const server = net.createServer((socket) => {
+    const upstream = net.connect(target, '127.0.0.1')
+    for (const each of [socket, upstream]) {
+      sockets.add(each)
+      each.once('close', () => sockets.delete(each))
+      each.on('error', () => {})
+    }
+    socket.pipe(upstream).pipe(socket)
+  })
+  const port = await freePort()
+  const listen = (): Promise<void> => new Promise((resolve) => server.listen(port, '127.0.0.1', resolve))
+  await listen()
+  return {
+    port,
+    cut: async () => {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()))
+      for (const socket of sockets) socket.destroy()
+      await closed
+    },
+    mend: listen,
+  }
 }
 
 /** Output through `at` from `after` until `text` has come (or the process ended). */
@@ -162,6 +189,38 @@ describe('processes across instances sharing one root', () => {
     const again = await instance(root, 'a', a.port)
     expect(await call(again, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
     expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${sleeperId}`)).toMatchObject({ status: 200, body: lost })
+  }, 60_000)
+
+  it('keeps a process whose instance was out of reach for a moment: lost while it does not answer, running again once it does', async () => {
+    const root = await tempDir('instances-')
+    const aPort = await freePort()
+    const link = await linkTo(aPort)
+    // `a` is reached by the others through the link, as a pod through the network.
+    const a = await instance(root, 'a', aPort, {}, link.port)
+    const b = await instance(root, 'b')
+    try {
+      const marker = uniqueSleepSeconds()
+      const started = await call(a, 'POST', '/v1/workspaces/w1/processes', { command: `sleep ${marker}` })
+      expect(started.status).toBe(201)
+      const id = started.body['id'] as string
+      expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ status: 200, body: { id, state: 'running' } })
+
+      await link.cut()
+      expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ status: 200, body: { id, state: 'lost' } })
+      expect((await call(b, 'GET', '/v1/workspaces/w1/processes')).body['processes']).toMatchObject([{ id, state: 'lost' }])
+      const tool = await call(b, 'POST', '/v1/tools/process_output/execute', { arguments: { process_id: id }, workspace: 'w1' })
+      expect(tool.body['result']).toMatchObject({ process_id: id, state: 'lost' })
+
+      await link.mend()
+      expect(await call(b, 'GET', `/v1/workspaces/w1/processes/${id}`)).toMatchObject({ status: 200, body: { id, state: 'running' } })
+      expect((await call(b, 'GET', '/v1/workspaces/w1/processes')).body['processes']).toMatchObject([{ id, state: 'running' }])
+      expect(await call(b, 'POST', `/v1/workspaces/w1/processes/${id}/kill`, {})).toMatchObject({ status: 200, body: { id, state: 'killed' } })
+      expect(processesWith(marker)).toEqual([])
+    } finally {
+      await link.cut().catch(() => {})
+      for (const each of [a, b]) each.server.child.kill('SIGTERM')
+      await Promise.all([a.server.exited, b.server.exited])
+    }
   }, 60_000)
 
   it('keeps a workspace with a running process from expiring on every instance, and ends the process when another instance deletes the workspace', async () => {

@@ -4,7 +4,7 @@
  * answer passed back as it comes, an event stream included.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { type Owner, OwnerGone, type Peers } from '../../processes/peers.ts'
+import { type Owner, OwnerGone, type Peers, type Unreachable } from '../../processes/peers.ts'
 import { wantsEvents } from './process-events.ts'
 
 /** What to ask the owner: the path and query rebuilt from the request's checked parts, never its raw URL. */
@@ -16,10 +16,10 @@ export interface RelayTarget {
 
 /**
  * Relays `request` to the instance at `owner` and answers with what it
- * answered. False, with nothing sent, when that instance does not answer or
- * does not know the process (it was restarted): the process is lost.
+ * answered: true. With nothing sent, why that instance could not answer for
+ * the process (it does not answer, or does not know the process): it is lost.
  */
-export async function relay (peers: Peers, owner: Owner, target: RelayTarget, request: FastifyRequest, reply: FastifyReply): Promise<boolean> {
+export async function relay (peers: Peers, owner: Owner, target: RelayTarget, request: FastifyRequest, reply: FastifyReply): Promise<true | Unreachable> {
   const left = new AbortController()
   reply.raw.once('close', () => { if (!reply.raw.writableFinished) left.abort() })
   const lastEventId = request.headers['last-event-id']
@@ -39,12 +39,12 @@ export async function relay (peers: Peers, owner: Owner, target: RelayTarget, re
       signal: left.signal,
     })
   } catch (error) {
-    if (error instanceof OwnerGone) return false
+    if (error instanceof OwnerGone) return error.reason
     throw error
   }
   if (answer.status === 404) {
     await answer.body.dump()
-    return false
+    return 'replaced'
   }
   reply.code(answer.status)
   if (answer.contentType !== undefined) reply.header('content-type', answer.contentType)

@@ -90,7 +90,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   /**
    * Answers a request about one process: `here` when this instance runs it;
    * forwarded to the instance that runs it, and its answer passed on; `lost`
-   * (with the process object) when that instance is gone or no longer knows it.
+   * (with the process object) when that instance does not answer or no longer knows it.
    */
   const onProcess = async <R>(request: FastifyRequest, reply: FastifyReply, name: string, forward: { action: string, query?: string, waitMs: number }, here: (process: ManagedProcess) => R | Promise<R>, lost: (info: ProcessInfo) => R | Promise<R>): Promise<R | undefined> => {
     allow(request, name)
@@ -99,8 +99,12 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (located.where === 'here') return await here(located.process)
     if (located.where === 'elsewhere') {
       const path = `/v1/workspaces/${encodeURIComponent(id)}/processes/${encodeURIComponent(pid)}${forward.action}${forward.query ?? ''}`
-      if (await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs }, request, reply)) return undefined
-      locator.markLost(request.principal.tenant, located.record)
+      const relayed = await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs }, request, reply)
+      if (relayed === true) {
+        locator.ownerAnswered(request.principal.tenant, located.record)
+        return undefined
+      }
+      locator.ownerUnreachable(request.principal.tenant, located.record, relayed)
     }
     return await lost(lostInfo(located.record))
   }
