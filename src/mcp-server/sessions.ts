@@ -27,6 +27,8 @@ export interface McpSession {
   principal: Principal
   transport: StreamableHTTPServerTransport
   lastActive: number
+  /** Its tool calls under way: a session with one is in use, however long ago the call began. */
+  calls: { running: number }
 }
 
 /** Idle sessions are looked for four times per idle time (and at least once a minute), so one ends at most a quarter of it late. */
@@ -74,13 +76,14 @@ export class McpSessions {
    */
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
     const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant, undefined, { keepsProcesses: true })
-    const server = this.#server(principal, workspace, allowed)
+    const calls = { running: 0 }
+    const server = this.#server(principal, workspace, allowed, calls)
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
         // The initialize request's span learns the id it created.
         this.#runtime.tracing?.annotateRequest(ATTR_MCP_SESSION_ID, id)
-        this.#admit({ id, principal, transport, lastActive: Date.now() })
+        this.#admit({ id, principal, transport, lastActive: Date.now(), calls })
       },
     })
     transport.onclose = () => {
@@ -100,7 +103,7 @@ export class McpSessions {
     await Promise.allSettled(all.map((session) => session.transport.close()))
   }
 
-  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined): Server {
+  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined, calls: McpSession['calls']): Server {
     const server = new Server({ name: 'toolport', version: VERSION }, { capabilities: { tools: { listChanged: false } } })
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
       tools: this.#runtime.registry.list({ scope: principal.scope, allowed }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
@@ -115,31 +118,42 @@ export class McpSessions {
         signal: extra.signal,
       }
       const stopProgress = reportProgress(request.params._meta?.progressToken, extra)
-      const outcome = await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace)
-      stopProgress()
-      return toCallToolResult(outcome)
+      calls.running++
+      try {
+        return toCallToolResult(await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace))
+      } finally {
+        calls.running--
+        stopProgress()
+      }
     })
     return server
   }
 
-  /** Registers a new session; past the tenant's limit, its least recently used session ends. */
+  /**
+   * Registers a new session; past the tenant's limit, its least recently
+   * used session ends. One with a tool call under way is in use: the least
+   * recently used of the others goes, and only when every other one has a
+   * call under way does the least recently used of those.
+   */
   #admit (session: McpSession): void {
     const { tenant } = session.principal
     const sessions = this.#byTenant.get(tenant) ?? new Map<string, McpSession>()
     this.#byTenant.set(tenant, sessions)
     sessions.set(session.id, session)
-    for (const oldest of sessions.values()) {
-      if (sessions.size <= this.#maxPerTenant) break
+    while (sessions.size > this.#maxPerTenant) {
+      const others = [...sessions.values()].filter((each) => each !== session)
+      const oldest = others.find((each) => each.calls.running === 0) ?? others[0] as McpSession
       this.#end(oldest, 'the tenant opened more MCP sessions than server.max_mcp_sessions')
     }
   }
 
+  /** Ends the sessions unused for the idle time; a call under way is a use. */
   #endIdle (): void {
     const cutoff = Date.now() - this.#idleMs
     for (const sessions of this.#byTenant.values()) {
       for (const session of sessions.values()) {
         if (session.lastActive >= cutoff) break
-        this.#end(session, 'idle for server.mcp_session_idle_seconds')
+        if (session.calls.running === 0) this.#end(session, 'idle for server.mcp_session_idle_seconds')
       }
     }
   }

@@ -115,6 +115,22 @@ describe('MCP sessions per tenant', () => {
     for (const kept of [first, third, fourth]) expect(await alive(base, kept)).toBe(true)
   })
 
+  it('counts a session with a call under way as in use: the least recently used of the others goes', async () => {
+    const app = await buildTestApp({ server: { max_mcp_sessions: 2 }, tools: { builtin: ['*'] } })
+    const base = await listening(app)
+    const [busy, idle] = [await initialize(base), await initialize(base)]
+    const call = rpc(base, busy, 'tools/call', { name: 'exec_shell', arguments: { command: 'echo busy > mark.txt; sleep 1.5; echo done' } })
+    expect(await eventually(async () => (await marksOnDisk(app)).includes('busy\n'))).toBe(true)
+    // Used after the call began: by time alone, the busy session would be the one to go.
+    expect(await alive(base, idle)).toBe(true)
+    const third = await initialize(base)
+    const answer = await call
+    expect(answer.body?.result?.['isError']).toBeFalsy()
+    expect(JSON.stringify(answer.body?.result)).toContain('done')
+    expect(await alive(base, idle)).toBe(false)
+    for (const kept of [busy, third]) expect(await alive(base, kept)).toBe(true)
+  })
+
   it('gives each tenant its own limit', async () => {
     const app = await buildTestApp({
       server: { max_mcp_sessions: 2 },
@@ -168,6 +184,16 @@ describe('MCP session idle time', () => {
     expect(await marksOnDisk(app)).toEqual(['idle'])
     expect(await eventually(async () => (await marksOnDisk(app)).length === 0, 10_000)).toBe(true)
     expect((await rpc(base, id, 'tools/list')).status).toBe(404)
+  })
+
+  it('keeps a session whose call outlasts the idle time', async () => {
+    const app = await buildTestApp({ server: { mcp_session_idle_seconds: 1 }, tools: { builtin: ['*'] } })
+    const base = await listening(app)
+    const id = await initialize(base)
+    const answer = await rpc(base, id, 'tools/call', { name: 'exec_shell', arguments: { command: 'sleep 2.5; echo done' } })
+    expect(answer.body?.result?.['isError']).toBeFalsy()
+    expect(JSON.stringify(answer.body?.result)).toContain('done')
+    expect(await alive(base, id)).toBe(true)
   })
 
   it('keeps a session that is used more often than that', async () => {
