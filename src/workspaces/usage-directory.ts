@@ -24,6 +24,8 @@ export interface DirectoryNode {
   bytes: number
   readonly children: Map<string, DirectoryNode>
   watcher: FSWatcher | undefined
+  /** Its watch reported something since it was set: it may be the watch of a directory removed since. */
+  heard: boolean
   /** Listed at least once (its children are known). */
   listed: boolean
   /** The inodes of its regular files that have other hard links. */
@@ -44,7 +46,7 @@ export interface Listing {
 }
 
 export function newNode (name: string, parent: DirectoryNode | undefined): DirectoryNode {
-  return { name, parent, identity: undefined, files: 0, bytes: 0, children: new Map(), watcher: undefined, listed: false, linkedInodes: undefined, gone: false }
+  return { name, parent, identity: undefined, files: 0, bytes: 0, children: new Map(), watcher: undefined, heard: false, listed: false, linkedInodes: undefined, gone: false }
 }
 
 export function depthOf (node: DirectoryNode): number {

@@ -171,11 +171,8 @@ export class WatchedTree {
         if (!await cursor.enter(name)) return this.#moved(node)
       }
       if (!sameIdentity(identityOf(cursor.here), node.identity)) return this.#moved(node)
-      // Watched again, through the directory that is there now: one that was
-      // removed and made again may have its old inode number (ext4 reuses them
-      // at once), so the identity matches while the old watch hears nothing.
-      // Its removal reported it, which is why it is being listed.
-      await this.#enterHere(cursor, node, { renew: true })
+      // A directory a walk that was cut short never reached is watched now.
+      await this.#enterHere(cursor, node)
       await this.#walk(cursor, node, false)
     } finally {
       await cursor.close()
@@ -188,16 +185,25 @@ export class WatchedTree {
     else this.#dropAll()
   }
 
-  /** Sets the watch of the directory the cursor is in (before it is listed; `renew` replaces one it has) and records its identity. */
-  async #enterHere (cursor: TreeCursor, node: DirectoryNode, options = { renew: false }): Promise<void> {
+  /**
+   * Sets the watch of the directory the cursor is in (before it is listed)
+   * and records its identity. A watch that reported something is set again,
+   * through the directory that is there now: one removed and made again may
+   * have its old inode number (ext4 reuses them at once), so its identity
+   * matches while the old watch hears nothing more; its removal was reported.
+   */
+  async #enterHere (cursor: TreeCursor, node: DirectoryNode): Promise<void> {
     node.identity ??= identityOf(cursor.here)
-    if (options.renew && node.watcher) {
+    if (node.watcher && node.heard) {
       unwatchDirectory(node.watcher)
       node.watcher = undefined
     }
     if (node.watcher || this.#broken || this.#closed) return
+    node.heard = false
     node.watcher = watchDirectory(cursor.here, () => {
-      if (!node.gone) this.#dirty.add(node)
+      if (node.gone) return
+      node.heard = true
+      this.#dirty.add(node)
     }, () => { this.#broken = true })
     if (!node.watcher) this.#broken = true
   }

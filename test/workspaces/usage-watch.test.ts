@@ -6,7 +6,7 @@
  * of events that may have overflowed the kernel's queue) the scan lists
  * everything and stays exact.
  */
-import { existsSync, statSync } from 'node:fs'
+import { existsSync, readFileSync, statSync } from 'node:fs'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
@@ -37,6 +37,9 @@ async function answeredAndTrue (app: App, workspace: string) {
   const dir = app.runtime.workspaces.get('default', workspace).dir
   return { answered: await info(app, workspace), truth: await directorySize(dir) }
 }
+
+/** Files made and removed for a burst of events over half the kernel's queue of them. */
+const BURST_FILES = Math.ceil(Number(readFileSync('/proc/sys/fs/inotify/max_queued_events', 'utf8')) / 4) + 100
 
 const TREE = 'mkdir -p pkg1/lib pkg2/lib pkg3 && for p in pkg1 pkg2 pkg3; do printf 12345 > $p/index.js; printf abc > $p/README; done && printf xy > pkg1/lib/a.js && printf xyz > pkg2/lib/b.js && printf top > top.txt'
 
@@ -100,6 +103,32 @@ describe('workspace usage, watched per directory', () => {
     expect(usage.watched).toBe(true)
     // The case this guards happened at least once here (a filesystem that never reuses a number at once makes it moot).
     expect(inodes.size).toBeLessThan(5)
+  })
+
+  it('hears a directory that was removed and made again when everything was listed after it (a burst of events)', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    await shell(app, 'again', 'mkdir -p dir/sub burst && printf 1 > dir/sub/f')
+    const dir = app.runtime.workspaces.get('default', 'again').dir
+    const usage = usageOf(dir)
+    await usage.refresh()
+    const fullScans = usage.fullScans
+    const reused: boolean[] = []
+    for (let round = 0; round < 3; round++) {
+      const before = statSync(path.join(dir, 'dir')).ino
+      // So many events that the catch-up lists every directory, before it lists the ones reported.
+      await shell(app, 'again', `rm -r dir && mkdir dir && printf 22 > dir/made && cd burst && for i in $(seq ${BURST_FILES}); do : > f$i; done && rm f*`)
+      reused.push(statSync(path.join(dir, 'dir')).ino === before)
+      let { answered, truth } = await answeredAndTrue(app, 'again')
+      expect({ round, answered }).toEqual({ round, answered: truth })
+      // Heard only through the new directory's own watch.
+      await shell(app, 'again', 'printf 333 >> dir/made && mkdir dir/sub && printf 1 > dir/sub/f')
+      ;({ answered, truth } = await answeredAndTrue(app, 'again'))
+      expect({ round, answered }).toEqual({ round, answered: truth })
+    }
+    expect(usage.fullScans).toBe(fullScans + 3)
+    expect(usage.watched).toBe(true)
+    // The case this guards happened at least once here.
+    expect(reused).toContain(true)
   })
 
   it('refuses a write right after a process filled the workspace, writing nothing, without listing every directory', async () => {
