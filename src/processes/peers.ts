@@ -34,9 +34,9 @@ const NOT_SENT = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFO
 /**
  * Why the instance that runs a process could not answer for it: `replaced`
  * leaves no doubt that the process is gone (another run of the service, or
- * something else, answers at its address; or it answered that it does not
- * know the process), `unanswered` may pass (a restart under way, a network
- * that failed for a moment).
+ * something else, answers at its address), `unanswered` may pass (a restart
+ * under way, a network that failed for a moment, a process it does not list
+ * yet because its start is under way).
  */
 export type Unreachable = 'replaced' | 'unanswered'
 
@@ -142,15 +142,20 @@ export class Peers {
   async #check (owner: Owner, signal: AbortSignal | undefined): Promise<void> {
     const { agent, request: send } = await this.#undici()
     let instance: unknown
+    let status: number
     try {
       const answer = await send(new URL('/healthz', owner.url), { method: 'GET', headers: { [FORWARDED_HEADER]: '1' }, dispatcher: agent, headersTimeout: ANSWER_MS, bodyTimeout: ANSWER_MS, signal })
       await answer.body.dump()
       instance = answer.headers[INSTANCE_HEADER]
+      status = answer.statusCode
     } catch (error) {
       if (signal?.aborted === true) throw error
       throw new OwnerGone(owner, { cause: error })
     }
-    if (instance !== owner.instance) throw new OwnerGone(owner, { reason: 'replaced' })
+    if (instance === owner.instance) return
+    // Healthy, and not that run (another run of the service, or something else): it is gone. An
+    // answer that is not healthy (a proxy's 502, the instance's own 503 while it closes) may pass.
+    throw new OwnerGone(owner, { reason: status >= 200 && status < 300 ? 'replaced' : 'unanswered' })
   }
 
   #undici (): Promise<{ agent: Agent, request: typeof import('undici').request }> {

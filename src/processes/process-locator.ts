@@ -7,10 +7,12 @@
  *
  * Lost for good (the record says so, and that address is never asked
  * again) only when that leaves no doubt: another run answers at the
- * address, the instance does not know the process, or it has not answered
- * for `lostAfterMs`. Before that, a request it does not answer is told
- * `lost`, and the next one asks again: an instance that was out of reach
- * for a moment still has its processes.
+ * address, or the instance has not answered for the process through
+ * `lostAfterMs`, as this instance saw it (its own clock, no shared state).
+ * Before that, a request it does not answer is told `lost`, and the next one
+ * asks again: an instance that was out of reach for a moment still has its
+ * processes. Only the instance that runs a process writes its record, but
+ * to mark it lost, and that re-reads it first.
  */
 import { ToolError } from '../errors.ts'
 import { KILL_GRACE_MS, type ManagedProcess, type ProcessInfo } from './managed-process.ts'
@@ -53,6 +55,8 @@ export interface ProcessLocatorOptions {
 
 /** How long an instance may not answer before its processes are lost for good: past a restart or a network's hiccup. */
 export const UNANSWERED_LOST_MS = 60_000
+/** Silences kept at most before the ones long over are forgotten. */
+const MAX_SILENCES = 1024
 
 /** What a lost process looks like: its record, and nothing known of how it ended. */
 export function lostInfo (record: ProcessRecord): ProcessInfo {
@@ -61,6 +65,8 @@ export function lostInfo (record: ProcessRecord): ProcessInfo {
 
 export class ProcessLocator {
   readonly #options: ProcessLocatorOptions
+  /** Per process record: when its instance first and last did not answer for it, with no answer between. */
+  readonly #silences = new Map<string, { first: number, last: number }>()
 
   constructor (options: ProcessLocatorOptions) {
     this.#options = options
@@ -109,12 +115,13 @@ export class ProcessLocator {
         if (info) {
           away.push(info)
           this.ownerAnswered(asker.tenant, record)
-        } else if (theirs === 'unanswered') {
-          unanswered.push(record)
-          this.ownerUnreachable(asker.tenant, record, 'unanswered')
-        } else {
+        } else if (theirs === 'replaced') {
           lost.push(record)
           this.markLost(asker.tenant, record)
+        } else {
+          // Not answering, or not listing it (yet: its record is written before its start is answered).
+          unanswered.push(record)
+          this.ownerUnreachable(asker.tenant, record, 'unanswered')
         }
       }
     }))
@@ -134,7 +141,7 @@ export class ProcessLocator {
       return answer
     } catch (error) {
       if (error instanceof OwnerGone) this.ownerUnreachable(asker.tenant, record, error.reason)
-      else if (error instanceof ToolError && error.code === 'NotFound') this.markLost(asker.tenant, record)
+      else if (error instanceof ToolError && error.code === 'NotFound') this.ownerUnreachable(asker.tenant, record, 'unanswered')
       else throw error
       return undefined
     }
@@ -164,30 +171,50 @@ export class ProcessLocator {
     return undefined
   }
 
-  /** The instance that ran a record's process is gone (or restarted): it is lost for good, and never asked again. */
+  /**
+   * The instance that ran a record's process is gone (or restarted): it is
+   * lost for good, and never asked again. The record is read again first, and
+   * left as it is when it is gone or names another run.
+   */
   markLost (tenant: string, record: ProcessRecord): void {
+    this.#silences.delete(silenceKey(tenant, record))
     if (record.owner === null) return
-    const { unanswered_since: _, ...rest } = record
-    this.#options.records.write(tenant, { ...rest, owner: null }, { update: true }).catch(() => {})
+    const { records } = this.#options
+    records.read(tenant, record.workspace, record.id).then(async (now) => {
+      if (now === null || now.owner !== record.owner || now.instance !== record.instance) return
+      await records.write(tenant, { ...now, owner: null }, { update: true })
+    }).catch(() => {})
   }
 
   /**
    * The instance that runs a record's process could not answer for it: lost
-   * for good when `reason` leaves no doubt or it has not answered for
-   * `lostAfterMs`; until then the record notes since when.
+   * for good when `reason` leaves no doubt, or when it has not answered
+   * through `lostAfterMs` (a silence whose last miss is older than that
+   * begins again).
    */
   ownerUnreachable (tenant: string, record: ProcessRecord, reason: Unreachable): void {
     if (record.owner === null) return
-    const since = record.unanswered_since === undefined ? Number.NaN : Date.parse(record.unanswered_since)
-    if (reason === 'replaced' || Date.now() - since >= (this.#options.lostAfterMs ?? UNANSWERED_LOST_MS)) return this.markLost(tenant, record)
-    if (Number.isNaN(since)) this.#options.records.write(tenant, { ...record, unanswered_since: new Date().toISOString() }, { update: true }).catch(() => {})
+    if (reason === 'replaced') return this.markLost(tenant, record)
+    const lostAfter = this.#options.lostAfterMs ?? UNANSWERED_LOST_MS
+    const now = Date.now()
+    const key = silenceKey(tenant, record)
+    const silence = this.#silences.get(key)
+    if (silence === undefined || now - silence.last > lostAfter) {
+      if (this.#silences.size >= MAX_SILENCES) this.#forgetOldSilences(now, lostAfter)
+      this.#silences.set(key, { first: now, last: now })
+      return
+    }
+    silence.last = now
+    if (now - silence.first >= lostAfter) this.markLost(tenant, record)
   }
 
   /** The instance that runs a record's process answered for it: a silence before is forgotten. */
   ownerAnswered (tenant: string, record: ProcessRecord): void {
-    if (record.unanswered_since === undefined) return
-    const { unanswered_since: _, ...rest } = record
-    this.#options.records.write(tenant, rest, { update: true }).catch(() => {})
+    this.#silences.delete(silenceKey(tenant, record))
+  }
+
+  #forgetOldSilences (now: number, lostAfter: number): void {
+    for (const [key, silence] of this.#silences) if (now - silence.last > lostAfter) this.#silences.delete(key)
   }
 
   /** `POST /v1/tools/{tool}/execute` at `owner`, as the caller, in the asker's workspace. */
@@ -223,7 +250,7 @@ export class ProcessLocator {
       return new Map(processes.filter((each) => typeof each?.id === 'string').map((each) => [each.id, each]))
     } catch (error) {
       if (error instanceof OwnerGone) return error.reason
-      if (error instanceof ToolError && error.code === 'NotFound') return 'replaced'
+      if (error instanceof ToolError && error.code === 'NotFound') return 'unanswered'
       throw error
     }
   }
@@ -236,4 +263,8 @@ export class ProcessLocator {
     for (const record of gone) records.remove(asker.tenant, record.workspace, record.id).catch(() => {})
     return lost
   }
+}
+
+function silenceKey (tenant: string, record: ProcessRecord): string {
+  return `${tenant}/${record.workspace}/${record.id}`
 }

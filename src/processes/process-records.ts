@@ -23,8 +23,6 @@ export interface ProcessRecord {
   owner: string | null
   /** That instance's random id for this run of it: an instance restarted at the same address, or anything else there, is not it. */
   instance: string
-  /** Since when that instance has not answered for the process (ISO time); absent while it answers. */
-  unanswered_since?: string
 }
 
 /** The form of the ids the process table gives: anything else names no process (and never a path). */
@@ -105,8 +103,7 @@ function parseRecord (text: string | null): ProcessRecord | null {
     const valid = typeof record.id === 'string' && isProcessId(record.id) && typeof record.workspace === 'string' &&
       typeof record.command === 'string' && typeof record.started_at === 'string' &&
       (record.ended_at === null || typeof record.ended_at === 'string') &&
-      (record.owner === null || typeof record.owner === 'string') && typeof record.instance === 'string' &&
-      (record.unanswered_since === undefined || typeof record.unanswered_since === 'string')
+      (record.owner === null || typeof record.owner === 'string') && typeof record.instance === 'string'
     return valid ? record : null
   } catch {
     return null

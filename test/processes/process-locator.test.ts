@@ -1,10 +1,13 @@
 /**
  * When the instance that runs a process does not answer: the process is
  * told `lost` at once, but lost for good (its record says so, and that
- * address is never asked again) only once the instance has not answered for
- * `lostAfterMs`; an answer before that forgets the silence. Real records on a
- * real root, a real address where nothing listens.
+ * address is never asked again) only once the instance has not answered
+ * through `lostAfterMs`, as this instance saw it; the record is written by no
+ * one else meanwhile, and marking it lost never brings back a removed record
+ * or overwrites one that names another run. Real records on a real root, a
+ * real address where nothing listens.
  */
+import http from 'node:http'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { Peers } from '../../src/processes/peers.ts'
@@ -12,50 +15,77 @@ import { type Asker, ProcessLocator } from '../../src/processes/process-locator.
 import { type ProcessRecord, ProcessRecords } from '../../src/processes/process-records.ts'
 import { freePort } from '../support/server-process.ts'
 
-async function until<T> (read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  for (let round = 0; ; round++) {
-    const value = await read()
-    if (done(value) || round > 200) return value
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function setUp () {
+  const app = await buildTestApp({ tools: { builtin: ['*'] } })
+  const made = await app.inject({ method: 'POST', url: '/v1/tools/write_file/execute', payload: { arguments: { path: 'a', content: 'a' }, workspace: 'w' } })
+  expect(made.statusCode).toBe(200)
+  const records = new ProcessRecords(() => app.runtime.workspaces.root)
+  const record: ProcessRecord = { id: 'p_00000000abcd', workspace: 'w', command: 'sleep 1000', started_at: new Date().toISOString(), ended_at: null, owner: `http://127.0.0.1:${await freePort()}`, instance: 'run-1' }
+  await records.write('default', record)
+  const asker: Asker = { tenant: 'default', workspace: 'w', dir: app.runtime.workspaces.get('default', 'w').dir }
+  const peers = new Peers()
+  const locator = (lostAfterMs: number) => new ProcessLocator({ table: app.runtime.processes, records, peers, self: null, keepEnded: 10, longestCallMs: 1000, lostAfterMs })
+  return { records, record, asker, locator, close: () => peers.close() }
 }
 
 describe('a process whose instance does not answer', () => {
-  it('is lost at once for that answer, and for good only after lostAfterMs of silence', async () => {
-    const app = await buildTestApp({ tools: { builtin: ['*'] } })
-    const made = await app.inject({ method: 'POST', url: '/v1/tools/write_file/execute', payload: { arguments: { path: 'a', content: 'a' }, workspace: 'w' } })
-    expect(made.statusCode).toBe(200)
-    const dir = app.runtime.workspaces.get('default', 'w').dir
-    const records = new ProcessRecords(() => app.runtime.workspaces.root)
-    const record: ProcessRecord = { id: 'p_00000000abcd', workspace: 'w', command: 'sleep 1000', started_at: new Date().toISOString(), ended_at: null, owner: `http://127.0.0.1:${await freePort()}`, instance: 'run-1' }
-    await records.write('default', record)
-    const asker: Asker = { tenant: 'default', workspace: 'w', dir }
-    const peers = new Peers()
-    const locator = (lostAfterMs: number) => new ProcessLocator({ table: app.runtime.processes, records, peers, self: null, keepEnded: 10, longestCallMs: 1000, lostAfterMs })
+  it('is lost in each answer, and lost for good only once its instance has not answered through lostAfterMs', async () => {
+    const { records, record, asker, locator, close } = await setUp()
     const patient = locator(60_000)
+    for (let round = 0; round < 3; round++) {
+      expect((await patient.list(asker)).map((each) => [each.id, each.state])).toEqual([[record.id, 'lost']])
+      expect((await patient.locate(asker, record.id)).where).toBe('elsewhere')
+    }
+    expect(await records.read('default', 'w', record.id)).toEqual(record)
+    expect((await records.running('default', 'w')).map((each) => each.id)).toEqual([record.id])
 
-    // Not answering: lost in the answer, and the record notes since when, still naming its instance.
-    expect((await patient.list(asker)).map((each) => [each.id, each.state])).toEqual([[record.id, 'lost']])
-    const noted = await until(() => records.read('default', 'w', record.id), (read) => read?.unanswered_since !== undefined)
-    expect(noted).toMatchObject({ owner: record.owner, instance: 'run-1' })
-    expect((await patient.locate(asker, record.id)).where).toBe('elsewhere')
-    expect((await patient.list(asker)).map((each) => each.state)).toEqual(['lost'])
-    expect((await records.read('default', 'w', record.id))?.owner).toBe(record.owner)
-
-    // An answer forgets the silence.
-    patient.ownerAnswered('default', noted as ProcessRecord)
-    expect(await until(() => records.read('default', 'w', record.id), (read) => read?.unanswered_since === undefined)).toEqual(record)
-
-    // Silent for longer than lostAfterMs: lost for good.
-    const hasty = locator(0)
-    await hasty.list(asker)
-    await until(() => records.read('default', 'w', record.id), (read) => read?.unanswered_since !== undefined)
-    expect((await hasty.list(asker)).map((each) => each.state)).toEqual(['lost'])
-    const gone = await until(() => records.read('default', 'w', record.id), (read) => read?.owner === null)
-    expect(gone).toMatchObject({ id: record.id, owner: null })
-    expect(gone?.unanswered_since).toBeUndefined()
+    const hasty = locator(200)
+    let lostForGood = false
+    for (let round = 0; round < 100 && !lostForGood; round++) {
+      expect((await hasty.list(asker)).map((each) => each.state)).toEqual(['lost'])
+      await sleep(50)
+      lostForGood = (await records.read('default', 'w', record.id))?.owner === null
+    }
+    expect(lostForGood).toBe(true)
     expect((await hasty.locate(asker, record.id)).where).toBe('lost')
     expect(await records.running('default', 'w')).toEqual([])
-    await peers.close()
+    await close()
+  })
+
+  it('counts an unhealthy answer at the address as no answer, and a healthy one from something else as the process gone', async () => {
+    const { records, record, asker, locator, close } = await setUp()
+    let status = 503
+    const squatter = http.createServer((_request, response) => { response.statusCode = status; response.end('{}') })
+    await new Promise<void>((resolve) => squatter.listen(Number(new URL(record.owner as string).port), '127.0.0.1', resolve))
+    try {
+      const patient = locator(60_000)
+      expect((await patient.list(asker)).map((each) => each.state)).toEqual(['lost'])
+      await sleep(100)
+      expect(await records.read('default', 'w', record.id)).toEqual(record)
+      status = 200
+      expect((await patient.list(asker)).map((each) => each.state)).toEqual(['lost'])
+      for (let round = 0; round < 100 && (await records.read('default', 'w', record.id))?.owner !== null; round++) await sleep(20)
+      expect(await records.read('default', 'w', record.id)).toEqual({ ...record, owner: null })
+    } finally {
+      await new Promise<void>((resolve) => squatter.close(() => resolve()))
+      await close()
+    }
+  })
+
+  it('marks lost only the record as it is now: never one removed meanwhile, nor one that names another run', async () => {
+    const { records, record, locator, close } = await setUp()
+    const certain = locator(0)
+    await records.write('default', { ...record, instance: 'run-2' }, { update: true })
+    certain.markLost('default', record)
+    await sleep(100)
+    expect(await records.read('default', 'w', record.id)).toEqual({ ...record, instance: 'run-2' })
+    await records.remove('default', 'w', record.id)
+    certain.markLost('default', record)
+    await sleep(100)
+    expect(await records.read('default', 'w', record.id)).toBeNull()
+    expect(await records.list('default', 'w')).toEqual([])
+    await close()
   })
 })

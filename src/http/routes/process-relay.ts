@@ -43,8 +43,9 @@ export async function relay (peers: Peers, owner: Owner, target: RelayTarget, re
     throw error
   }
   if (answer.status === 404) {
+    // The run that started it does not know it (yet: a record is written before its start is answered).
     await answer.body.dump()
-    return 'replaced'
+    return 'unanswered'
   }
   reply.code(answer.status)
   if (answer.contentType !== undefined) reply.header('content-type', answer.contentType)
