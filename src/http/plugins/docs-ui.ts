@@ -26,7 +26,6 @@ export const docsUi: FastifyPluginAsync = async (app) => {
 
   const forward = async (request: FastifyRequest, reply: FastifyReply) => {
     ui ??= app.openApiDocument().then(buildUi)
-    // Always a GET: for a HEAD, Fastify drops the body and keeps its length.
     const answer = await (await ui).inject({ method: 'GET', url: request.url, headers: request.headers })
     // A page that is not there is the app's NotFound problem, as for any other URL.
     if (answer.statusCode === 404) return reply.callNotFound()
