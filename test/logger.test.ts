@@ -111,13 +111,7 @@ for (let i = 0; i < 5000; i++) log.info({ i, pad: 'x'.repeat(100) })
 setTimeout(() => { log.info('after the failure'); log.flush(() => { console.error('alive'); process.exit(0) }) }, 500)`
     const full = openSync('/dev/full', 'w')
     fds.push(full)
-    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', full, 'pipe'] })
-    let stderr = ''
-    child.stderr?.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-    const code = await new Promise<number | null>((resolve) => {
-      const timer = setTimeout(() => { child.kill('SIGKILL'); resolve(null) }, 10_000)
-      child.once('exit', (exitCode) => { clearTimeout(timer); resolve(exitCode) })
-    })
+    const { code, stderr } = await exitOf(script, full)
     expect(stderr).toContain('writing log lines failed (ENOSPC)')
     expect(stderr).toContain('alive')
     expect(code).toBe(0)

@@ -41,6 +41,30 @@ async function answeredAndTrue (app: App, workspace: string) {
 /** Files made and removed for a burst of events over half the kernel's queue of them. */
 const BURST_FILES = Math.ceil(Number(readFileSync('/proc/sys/fs/inotify/max_queued_events', 'utf8')) / 4) + 100
 
+/**
+ * Runs `remake` (which removes workspace `again`'s `dir` and makes it again)
+ * until the new directory has had the old one's inode number `times` (other
+ * tests making files meanwhile may take the number), at most `maxRounds`;
+ * after each, and after a change heard only through the new directory's own
+ * watch, the usage answered is the tree's.
+ */
+async function remadeUntilReused (app: App, remake: string, options: { times: number, maxRounds: number }): Promise<{ reused: number, rounds: number }> {
+  const dir = path.join(app.runtime.workspaces.get('default', 'again').dir, 'dir')
+  let reused = 0
+  let rounds = 0
+  for (; rounds < options.maxRounds && reused < options.times; rounds++) {
+    const before = statSync(dir).ino
+    await shell(app, 'again', remake)
+    if (statSync(dir).ino === before) reused++
+    let { answered, truth } = await answeredAndTrue(app, 'again')
+    expect({ round: rounds, answered }).toEqual({ round: rounds, answered: truth })
+    await shell(app, 'again', 'printf 333 >> dir/made && mkdir dir/sub && printf 1 > dir/sub/f')
+    ;({ answered, truth } = await answeredAndTrue(app, 'again'))
+    expect({ round: rounds, answered }).toEqual({ round: rounds, answered: truth })
+  }
+  return { reused, rounds }
+}
+
 const TREE = 'mkdir -p pkg1/lib pkg2/lib pkg3 && for p in pkg1 pkg2 pkg3; do printf 12345 > $p/index.js; printf abc > $p/README; done && printf xy > pkg1/lib/a.js && printf xyz > pkg2/lib/b.js && printf top > top.txt'
 
 describe('workspace usage, watched per directory', () => {
@@ -85,23 +109,10 @@ describe('workspace usage, watched per directory', () => {
   it('hears a directory that was removed and made again, though it may have the same inode number', async () => {
     const app = await buildTestApp({ tools: { builtin: ['*'] } })
     await shell(app, 'again', 'mkdir -p dir/sub && printf 1 > dir/sub/f')
-    const dir = app.runtime.workspaces.get('default', 'again').dir
-    const usage = usageOf(dir)
+    const usage = usageOf(app.runtime.workspaces.get('default', 'again').dir)
     await usage.refresh()
-    // Until the case this guards has come twice (other tests making files meanwhile may take the number).
-    let reused = 0
-    for (let round = 0; round < 12 && reused < 2; round++) {
-      const before = statSync(path.join(dir, 'dir')).ino
-      // Removed whole, then made again: ext4 gives the new directory a freed inode number at once.
-      await shell(app, 'again', 'rm -r dir && mkdir dir && printf 22 > dir/made')
-      if (statSync(path.join(dir, 'dir')).ino === before) reused++
-      let { answered, truth } = await answeredAndTrue(app, 'again')
-      expect({ round, answered }).toEqual({ round, answered: truth })
-      // Heard only through the new directory's own watch.
-      await shell(app, 'again', 'printf 333 >> dir/made && mkdir dir/sub && printf 1 > dir/sub/f')
-      ;({ answered, truth } = await answeredAndTrue(app, 'again'))
-      expect({ round, answered }).toEqual({ round, answered: truth })
-    }
+    // Removed whole, then made again: ext4 gives the new directory a freed inode number at once.
+    const { reused } = await remadeUntilReused(app, 'rm -r dir && mkdir dir && printf 22 > dir/made', { times: 2, maxRounds: 12 })
     expect(usage.watched).toBe(true)
     expect(reused).toBe(2)
   })
@@ -109,25 +120,12 @@ describe('workspace usage, watched per directory', () => {
   it('hears a directory that was removed and made again when everything was listed after it (a burst of events)', async () => {
     const app = await buildTestApp({ tools: { builtin: ['*'] } })
     await shell(app, 'again', 'mkdir -p dir/sub burst && printf 1 > dir/sub/f')
-    const dir = app.runtime.workspaces.get('default', 'again').dir
-    const usage = usageOf(dir)
+    const usage = usageOf(app.runtime.workspaces.get('default', 'again').dir)
     await usage.refresh()
     const fullScans = usage.fullScans
-    // Until the case this guards has come once.
-    let reused = 0
-    let rounds = 0
-    for (let round = 0; round < 6 && reused < 1; round++, rounds++) {
-      const before = statSync(path.join(dir, 'dir')).ino
-      // So many events that the catch-up lists every directory, before it lists the ones reported.
-      await shell(app, 'again', `rm -r dir && mkdir dir && printf 22 > dir/made && cd burst && for i in $(seq ${BURST_FILES}); do : > f$i; done && rm f*`)
-      if (statSync(path.join(dir, 'dir')).ino === before) reused++
-      let { answered, truth } = await answeredAndTrue(app, 'again')
-      expect({ round, answered }).toEqual({ round, answered: truth })
-      // Heard only through the new directory's own watch.
-      await shell(app, 'again', 'printf 333 >> dir/made && mkdir dir/sub && printf 1 > dir/sub/f')
-      ;({ answered, truth } = await answeredAndTrue(app, 'again'))
-      expect({ round, answered }).toEqual({ round, answered: truth })
-    }
+    // So many events that the catch-up lists every directory, before it lists the ones reported.
+    const remake = `rm -r dir && mkdir dir && printf 22 > dir/made && cd burst && for i in $(seq ${BURST_FILES}); do : > f$i; done && rm f*`
+    const { reused, rounds } = await remadeUntilReused(app, remake, { times: 1, maxRounds: 6 })
     expect(usage.fullScans).toBe(fullScans + rounds)
     expect(usage.watched).toBe(true)
     expect(reused).toBe(1)
