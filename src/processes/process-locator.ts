@@ -2,8 +2,8 @@
  * A persistent workspace's processes wherever they run: here (the process
  * table), at another instance sharing the workspace root (found by its
  * record, reached by forwarding), or nowhere any more: `lost`, when the
- * instance that ran it does not answer, or answers that it does not know it
- * (it was restarted).
+ * instance that ran it does not answer for it, or another run answers at its
+ * address (it was restarted).
  *
  * Lost for good (the record says so, and that address is never asked
  * again) only when that leaves no doubt: another run answers at the
