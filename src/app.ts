@@ -46,7 +46,14 @@ export interface BuildOptions {
   defaultMetrics?: boolean
   /** Tracing, when it is on (start.ts loads it); the caller shuts it down after close(). */
   tracing?: Tracing
+  /** What to do when the sandbox the config requires does not work (start.ts ends the service); logged when absent. */
+  startFailed?: (error: Error) => void
+  /** How long after listening the start-up work begins when no request has been answered (tests). */
+  deferredStartMs?: number
 }
+
+/** How long after listening the start-up work that waits for the first answer begins anyway, when no request comes. */
+const DEFERRED_START_MAX_WAIT_MS = 100
 
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
   const app = Fastify({
@@ -105,11 +112,25 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     }
     done()
   })
-  app.addHook('onClose', async () => { await runtime.close() })
-  // What start-up can put off (the sandbox probes, the tool sources) begins once the service answers.
+  // What start-up can put off (the sandbox probes, the executables' scan, the MCP connections) begins
+  // once the first request has been answered, or DEFERRED_START_MAX_WAIT_MS after listening if none
+  // comes: each of its process spawns holds the event loop for a few ms, which the first answer (an
+  // orchestrator's liveness check) would otherwise wait out. A call that needs a process before then
+  // starts the probes itself (the tools' DeferredRunner).
+  let deferredStart: NodeJS.Timeout | undefined
+  const startFailed = options.startFailed ?? ((error: Error) => { app.log.error({ err: error }, 'start-up failed') })
+  const finishStart = (): void => {
+    clearTimeout(deferredStart)
+    runtime.finishStart().catch((error: unknown) => { startFailed(error instanceof Error ? error : new Error(String(error))) })
+  }
   app.addHook('onListen', (done) => {
-    runtime.finishStart().catch((error: unknown) => { app.log.error({ err: error }, 'start-up failed') })
+    deferredStart ??= setTimeout(finishStart, options.deferredStartMs ?? DEFERRED_START_MAX_WAIT_MS)
+    app.server.once('request', (_request, response) => { response.once('close', finishStart) })
     done()
+  })
+  app.addHook('onClose', async () => {
+    clearTimeout(deferredStart)
+    await runtime.close()
   })
   installProblemHandlers(app)
   installJsonBody(app)

@@ -128,8 +128,9 @@ export class Runtime implements ExecutionServices {
   /**
    * Prepares what the first request needs: the workspaces and the built-in
    * and message tools. The rest (choosing the sandbox, the tool sources)
-   * waits for `finishStart`, which the server calls once it listens; a
-   * process the tools start meanwhile waits for the sandbox to be chosen.
+   * waits for `finishStart`, which the app calls once it has answered its
+   * first request; a process the tools start meanwhile chooses the sandbox
+   * itself.
    */
   async start (): Promise<void> {
     await this.workspaces.init()
@@ -150,11 +151,12 @@ export class Runtime implements ExecutionServices {
   }
 
   /**
-   * The start-up work that can wait until the service listens: the sandbox
-   * probes, the executables' scan and the MCP connections. Resolves when
-   * the service is ready (every MCP server has had its first connection
-   * attempt, or MAX_SOURCE_WAIT_MS passed); rejects when the sandbox the
-   * config requires does not work. Calling it again joins the first call.
+   * The start-up work that can wait until the service has answered (app.ts
+   * says when): the sandbox probes, the executables' scan and the MCP
+   * connections. Resolves when the service is ready (every MCP server has
+   * had its first connection attempt, or MAX_SOURCE_WAIT_MS passed); rejects
+   * when the sandbox the config requires does not work. Calling it again
+   * joins the first call.
    */
   finishStart (): Promise<void> {
     this.#finishing ??= this.#finish()
@@ -162,6 +164,7 @@ export class Runtime implements ExecutionServices {
   }
 
   async #finish (): Promise<void> {
+    if (this.#closed) return
     const runner = await this.#chooseRunner()
     if (this.#closed) return
     const sources: Array<Promise<void>> = [this.#startExecutables(runner)]

@@ -96,7 +96,8 @@ async function main (): Promise<void> {
   }
   const secrets = [file, config.auth.tokens_file].filter((p): p is string => p !== undefined)
   const tracing = await startTracing(loaded.tracing, log)
-  const app = await buildApp(config, { logger: log, hidePaths: secrets, tracing })
+  // A sandbox the config requires but that does not work ends the service (it is chosen after listening, app.ts).
+  const app = await buildApp(config, { logger: log, hidePaths: secrets, tracing, startFailed: (error) => { fail(error.message) } })
   closeWithGrace({ delay: config.server.drain_timeout_ms + CANCEL_SETTLE_MS + 5000, logger: false }, async ({ signal, err }) => {
     if (err) log.error({ err }, 'shutting down after an error')
     else log.info({ signal }, 'shutting down: draining in-flight calls')
@@ -118,8 +119,6 @@ async function main (): Promise<void> {
   await app.listen({ host: config.server.host, port: config.server.port })
   // The start-up lines go out now, not with the first periodic flush.
   log.flush()
-  // The sandbox is chosen after listening (app.ts); one the config requires but that does not work ends the service.
-  app.runtime.finishStart().catch((error: unknown) => { fail(error instanceof Error ? error.message : String(error)) })
 }
 
 await main()
