@@ -118,8 +118,11 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   // orchestrator's liveness check) would otherwise wait out. A call that needs a process before then
   // starts the probes itself (the tools' DeferredRunner).
   let deferredStart: NodeJS.Timeout | undefined
+  let startBegun = false
   const startFailed = options.startFailed ?? ((error: Error) => { app.log.error({ err: error }, 'start-up failed') })
   const finishStart = (): void => {
+    if (startBegun) return
+    startBegun = true
     clearTimeout(deferredStart)
     runtime.finishStart().catch((error: unknown) => { startFailed(error instanceof Error ? error : new Error(String(error))) })
   }

@@ -42,10 +42,15 @@ describe('the start-up work that can wait', () => {
   it('hands a failed start (a required sandbox that does not work) to startFailed', async () => {
     const failures: Error[] = []
     const config = parseConfig({ workspaces: { root: await tempDir() }, sandbox: { mode: 'none' } })
-    const app = await buildApp(config, { defaultMetrics: false, deferredStartMs: 10, startFailed: (error) => { failures.push(error) } })
+    const app = await buildApp(config, { defaultMetrics: false, deferredStartMs: 1, startFailed: (error) => { failures.push(error) } })
     onCleanup(() => app.close())
     app.runtime.finishStart = () => Promise.reject(new Error('bubblewrap does not work here'))
     await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    // The wait after listening ends, then the first answer comes: the failure is handed on once.
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    await fetch(`http://127.0.0.1:${port}/healthz`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
     await vi.waitFor(() => { expect(failures.map((error) => error.message)).toEqual(['bubblewrap does not work here']) })
   })
 
