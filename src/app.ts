@@ -113,10 +113,11 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     done()
   })
   // What start-up can put off (the sandbox probes, the executables' scan, the MCP connections) begins
-  // once the first request has been answered, or DEFERRED_START_MAX_WAIT_MS after listening if none
-  // comes: each of its process spawns holds the event loop for a few ms, which the first answer (an
-  // orchestrator's liveness check) would otherwise wait out. A call that needs a process before then
-  // starts the probes itself (the tools' DeferredRunner).
+  // once the first request to the main server has been answered or DEFERRED_START_MAX_WAIT_MS after
+  // listening, whichever comes first: each of its process spawns holds the event loop for a few ms,
+  // which the first answer (an orchestrator's liveness check) would otherwise wait out. (A host that
+  // names several addresses is served by more servers than the main one; there the wait decides.)
+  // A call that needs a process before then starts the probes itself (the tools' DeferredRunner).
   let deferredStart: NodeJS.Timeout | undefined
   let startBegun = false
   const startFailed = options.startFailed ?? ((error: Error) => { app.log.error({ err: error }, 'start-up failed') })

@@ -129,8 +129,8 @@ export class Runtime implements ExecutionServices {
    * Prepares what the first request needs: the workspaces and the built-in
    * and message tools. The rest (choosing the sandbox, the tool sources)
    * waits for `finishStart`, which the app calls once it has answered its
-   * first request; a process the tools start meanwhile chooses the sandbox
-   * itself.
+   * first request or shortly after listening, whichever comes first; a
+   * process the tools start meanwhile chooses the sandbox itself.
    */
   async start (): Promise<void> {
     await this.workspaces.init()

@@ -48,10 +48,31 @@ describe('the start-up work that can wait', () => {
     await app.listen({ host: '127.0.0.1', port: 0 })
     const { port } = app.server.address() as { port: number }
     // The wait after listening ends, then the first answer comes: the failure is handed on once.
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    await vi.waitFor(() => { expect(failures).toHaveLength(1) })
     await fetch(`http://127.0.0.1:${port}/healthz`)
     await new Promise((resolve) => setTimeout(resolve, 50))
     await vi.waitFor(() => { expect(failures.map((error) => error.message)).toEqual(['bubblewrap does not work here']) })
+  })
+
+  it('does not begin when the first answer ends after the app has closed', async () => {
+    const config = parseConfig({ workspaces: { root: await tempDir() }, sandbox: { mode: 'none' } })
+    const app = await buildApp(config, { defaultMetrics: false, deferredStartMs: 60_000 })
+    onCleanup(() => app.close())
+    let arrived: () => void = () => {}
+    const arrival = new Promise<void>((resolve) => { arrived = resolve })
+    app.get('/test/slow', async () => {
+      arrived()
+      return await new Promise(() => {})
+    })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    const slow = fetch(`http://127.0.0.1:${port}/test/slow`).catch(() => undefined)
+    await arrival
+    await app.close()
+    await slow
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    // No sandbox was chosen: the probes never ran.
+    expect(app.runtime.runner).toBeUndefined()
   })
 
   it('does not begin after the app has closed', async () => {
