@@ -20,10 +20,6 @@ import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
 import type { ProcessRecords } from './process-records.ts'
 
-let execaModule: Promise<typeof import('execa')> | undefined
-/** execa is loaded on the first start: its many modules would otherwise cost every service start-up. */
-const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
-
 export interface StartRequest {
   command: string
   /** Seconds; the default when absent, clamped to the maximum. */
@@ -137,7 +133,8 @@ export class ProcessTable {
       runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir }),
       this.#outputSockets.pair((bytes) => received('stdout', bytes)),
       this.#outputSockets.pair((bytes) => received('stderr', bytes)),
-      loadExeca(),
+      // execa loads with the first process started: its many modules would otherwise cost every start-up.
+      import('execa'),
       record && this.#options.records.write(record.tenant, record.record),
     ])
     if (launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled') {

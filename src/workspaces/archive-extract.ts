@@ -23,7 +23,6 @@ import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
-import { loadTar } from './tar-module.ts'
 
 export interface ArchiveLimits {
   maxEntries: number
@@ -103,7 +102,8 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   let entries = 0
   let bytes = 0
   let limitError: ToolError | undefined
-  const tar = await loadTar()
+  // tar loads with the first archive, not at every start of the service.
+  const tar = await import('tar')
   const extractor = tar.x({
     cwd: staging,
     strict: true,

@@ -23,7 +23,6 @@ import type { Logger } from 'pino'
 import { READ_FLAGS } from '../workspace-fs/open.ts'
 import { TreeCursor } from '../workspace-fs/tree-cursor.ts'
 import { TarOutput } from './archive-tar-output.ts'
-import { loadTar } from './tar-module.ts'
 
 const BLOCK = 512
 
@@ -33,7 +32,8 @@ const BLOCK = 512
  */
 export function packWorkspace (workspaceDir: string, log?: Logger): Readable {
   const gzip = createGzip()
-  loadTar().then((tar) => writeTar(workspaceDir, new TarOutput(gzip, tar))).then(() => gzip.end(), (error: NodeJS.ErrnoException) => {
+  // tar loads with the first archive, not at every start of the service.
+  import('tar').then((tar) => writeTar(workspaceDir, new TarOutput(gzip, tar))).then(() => gzip.end(), (error: NodeJS.ErrnoException) => {
     // A client that goes away mid-download is the usual reason; anything else is worth a line.
     if (error.code !== 'ERR_STREAM_PREMATURE_CLOSE') log?.warn({ err: error }, 'workspace archive cut short')
     gzip.destroy()

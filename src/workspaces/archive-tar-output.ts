@@ -13,7 +13,6 @@
 import type { FileHandle } from 'node:fs/promises'
 import type { Writable } from 'node:stream'
 import type { HeaderData } from 'tar'
-import type { TarModule } from './tar-module.ts'
 
 const BLOCK = 512
 /** The buffer of one download: the largest chunk written to gzip, and the most of a file read at once. */
@@ -21,13 +20,13 @@ export const TAR_BUFFER_BYTES = 64 * 1024
 
 export class TarOutput {
   readonly #into: Writable
-  readonly #tar: TarModule
+  readonly #tar: typeof import('tar')
   readonly #buffer = Buffer.alloc(TAR_BUFFER_BYTES)
   #filled = 0
   /** Where a header is encoded before it is copied in (it may need a pax record first). */
   readonly #header = Buffer.alloc(BLOCK)
 
-  constructor (into: Writable, tar: TarModule) {
+  constructor (into: Writable, tar: typeof import('tar')) {
     this.#into = into
     this.#tar = tar
   }
