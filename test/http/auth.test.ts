@@ -142,3 +142,47 @@ describe('tenants', () => {
     expect((await requestAs(app, 'acme-read', 'GET', '/v1/workspaces/team')).body).toMatchObject({ id: 'team', files: 1 })
   })
 })
+
+describe('without tokens', () => {
+  const command = { arguments: { command: 'echo ran' } }
+  const call = async (app: App, headers: Record<string, string>, url = '/v1/tools/exec_shell/execute') => {
+    const response = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json', ...headers }, payload: command })
+    return { status: response.statusCode, body: response.json() as Record<string, unknown>, headers: response.headers, text: response.body }
+  }
+
+  it('serves /v1 and /mcp only to requests that name a loopback host, so that a re-pointed DNS name (rebinding) reaches nothing', async () => {
+    const app = await buildTestApp()
+    for (const host of ['attacker.example', 'attacker.example:8080', '127.0.0.1.attacker.example', 'localhost@attacker.example', '10.0.0.5:8080']) {
+      const answer = await call(app, { host })
+      expectProblem(answer, 403, 'PermissionDenied')
+      expect(answer.text, host).not.toContain('ran')
+    }
+    const mcp = await app.inject({ method: 'POST', url: '/mcp', headers: { host: 'attacker.example', 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, payload: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } } })
+    expect(mcp.statusCode).toBe(403)
+    expect((await app.inject({ url: '/v1/tools', headers: { host: 'attacker.example' } })).statusCode).toBe(403)
+    for (const host of ['127.0.0.1:8080', '127.7.0.1', 'localhost', 'LOCALHOST.:9', 'app.localhost:3000', '[::1]:8080', '[::ffff:127.0.0.1]']) {
+      expect((await call(app, { host })).status, host).toBe(200)
+    }
+    // What no token guards elsewhere stays open: health, metrics, the OpenAPI document.
+    expect((await app.inject({ url: '/healthz', headers: { host: 'attacker.example' } })).statusCode).toBe(200)
+  })
+
+  it('refuses the pages of other sites (Origin), and serves pages of loopback hosts', async () => {
+    const app = await buildTestApp()
+    for (const origin of ['http://attacker.example', 'https://127.0.0.1.attacker.example', 'null', 'not a URL']) {
+      const answer = await call(app, { host: '127.0.0.1:8080', origin })
+      expectProblem(answer, 403, 'PermissionDenied')
+      expect(answer.text, origin).not.toContain('ran')
+    }
+    for (const origin of ['http://localhost:3000', 'http://127.0.0.1:8080', 'http://[::1]:5173']) {
+      expect((await call(app, { host: '127.0.0.1:8080', origin })).status, origin).toBe(200)
+    }
+  })
+
+  it('serves any host when auth is disabled on purpose, and leaves the check to the tokens when there are some', async () => {
+    expect((await call(await buildTestApp({ auth: { disabled: true } }), { host: 'toolport.internal:8080', origin: 'http://dashboard.internal' })).status).toBe(200)
+    const withTokens = await authApp()
+    expect((await call(withTokens, { host: 'toolport.example', authorization: 'Bearer acme-all' })).status).toBe(200)
+    expect((await call(withTokens, { host: 'toolport.example' })).status).toBe(401)
+  })
+})

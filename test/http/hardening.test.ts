@@ -36,7 +36,7 @@ function problemOf (answer: string): { status: string, headers: string, body: Re
 describe('client errors', () => {
   it('answers headers over the limit (a very long URL) with a 400 problem', async () => {
     const port = await listening({ server: { max_header_bytes: 4096 } })
-    const answer = problemOf(await rawExchange(port, `GET /v1/tools?allowed=${'a'.repeat(8000)} HTTP/1.1\r\nHost: x\r\n\r\n`))
+    const answer = problemOf(await rawExchange(port, `GET /v1/tools?allowed=${'a'.repeat(8000)} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`))
     expect(answer.status).toBe('HTTP/1.1 400 Bad Request')
     expect(answer.headers).toContain('content-type: application/problem+json')
     expect(answer.body).toMatchObject({ status: 400, code: 'BadRequest', detail: expect.stringContaining('larger'), request_id: expect.any(String) })
@@ -54,7 +54,7 @@ describe('client errors', () => {
     const started = Date.now()
     // Headers promise a body that arrives long after the request timeout.
     const answer = await rawExchange(port,
-      'POST /v1/tools/read_file/execute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{"argu',
+      'POST /v1/tools/read_file/execute HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{"argu',
       { pauseMs: 5000, data: 'ments":{"path":"a"}}' })
     expect(Date.now() - started).toBeLessThan(4500)
     const problem = problemOf(answer)
@@ -64,7 +64,7 @@ describe('client errors', () => {
 
   it('keeps serving ordinary requests on the same server', async () => {
     const port = await listening({ server: { max_header_bytes: 4096 } })
-    await rawExchange(port, `GET /${'b'.repeat(9000)} HTTP/1.1\r\nHost: x\r\n\r\n`)
+    await rawExchange(port, `GET /${'b'.repeat(9000)} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`)
     const response = await fetch(`http://127.0.0.1:${port}/healthz`)
     expect(response.status).toBe(200)
     expect(await response.json()).toEqual({ status: 'ok' })

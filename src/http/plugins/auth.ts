@@ -2,9 +2,16 @@
  * Bearer-token authentication. With tokens configured, every /v1 and /mcp
  * request needs one; a token names its tenant and the tools it may use.
  * Tokens are compared through their SHA-256 digests in constant time.
+ *
+ * Without tokens (and without `auth.disabled`), the service listens on
+ * loopback only, and serves /v1 and /mcp only to requests that name a
+ * loopback host and come from no other site's page: a web page whose name an
+ * attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name as
+ * Host, and its own origin as Origin.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import ipaddr from 'ipaddr.js'
 import type { Config } from '../../config.ts'
 import { globMatcher } from '../../execution/globs.ts'
 import type { Principal } from '../../execution/principal.ts'
@@ -27,9 +34,16 @@ function needsAuth (path: string): boolean {
 
 export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
   const known = auth.tokens.map((t) => ({ digest: digest(t.token), principal: { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools } }))
-  // Without tokens every request is anonymous: no hook to run per request.
   if (known.length === 0) {
     app.decorateRequest('principal', { getter: () => ANONYMOUS })
+    if (!auth.disabled) {
+      app.addHook('onRequest', async (request: FastifyRequest) => {
+        if (!needsAuth(request.routeOptions.url ?? request.url)) return
+        const { host, origin } = request.headers
+        if (!isLoopbackAuthority(host)) throw new ToolError('PermissionDenied', `without auth tokens, only requests to a loopback host are served, not ${JSON.stringify(host ?? '')}`)
+        if (origin !== undefined && !isLoopbackOrigin(origin)) throw new ToolError('PermissionDenied', `without auth tokens, pages of other sites may not call the service (Origin ${JSON.stringify(origin)})`)
+      })
+    }
     return
   }
   app.decorateRequest('principal', null as unknown as Principal)
@@ -47,4 +61,30 @@ export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
     if (!found) throw new ToolError('Unauthorized', 'unknown token')
     request.principal = found
   })
+}
+
+/** Whether a hostname (as a URL gives it) is loopback: localhost, a name under .localhost, or a loopback address. */
+function isLoopbackName (hostname: string): boolean {
+  const name = hostname.replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '').toLowerCase()
+  if (name === 'localhost' || name.endsWith('.localhost')) return true
+  return ipaddr.isValid(name) && ipaddr.process(name).range() === 'loopback'
+}
+
+/** Whether a Host header (`host[:port]`) names a loopback host. */
+function isLoopbackAuthority (host: string | undefined): boolean {
+  if (host === undefined) return false
+  try {
+    return isLoopbackName(new URL(`http://${host}/`).hostname)
+  } catch {
+    return false
+  }
+}
+
+/** Whether an Origin header is a page served from a loopback host (`null`, an opaque origin, is not). */
+function isLoopbackOrigin (origin: string): boolean {
+  try {
+    return isLoopbackName(new URL(origin).hostname)
+  } catch {
+    return false
+  }
 }
