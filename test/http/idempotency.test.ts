@@ -106,6 +106,32 @@ describe('Idempotency-Key', () => {
     expect(await linesOf(app, 'log.txt', 'beta')).toEqual(['ran'])
   })
 
+  it('replays to a token of the tenant only with the same allowed tools: a narrower token gets 422, never the answer of a call it may not make', async () => {
+    const app = await buildTestApp({
+      auth: {
+        tokens: [
+          { token: 'all', tenant: 'acme', allowed_tools: ['*'] },
+          { token: 'all-rotated', tenant: 'acme', allowed_tools: ['*', '*'] },
+          { token: 'reader', tenant: 'acme', allowed_tools: ['read_file'] },
+        ],
+      },
+    })
+    const secret = { workspace: 'w', arguments: { command: 'echo PRIVATE-OUTPUT >> log.txt; cat log.txt' } }
+    const batch = { workspace: 'w', calls: [{ name: 'exec_shell', arguments: { command: 'echo PRIVATE-BATCH' } }] }
+    expect((await post(app, EXECUTE, secret, 'k-scope', 'all')).status).toBe(200)
+    expect((await post(app, '/v1/tool-calls', batch, 'k-scope-batch', 'all')).status).toBe(200)
+    for (const [url, body, key] of [[EXECUTE, secret, 'k-scope'], ['/v1/tool-calls', batch, 'k-scope-batch']] as const) {
+      const narrower = await post(app, url, body, key, 'reader')
+      expectProblem(narrower, 422, 'IdempotencyKeyReused')
+      expect(JSON.stringify(narrower.body)).not.toContain('PRIVATE')
+      const same = await post(app, url, body, key, 'all-rotated')
+      expect(same.headers['idempotent-replayed'], url).toBe('true')
+      expect(JSON.stringify(same.body)).toContain('PRIVATE')
+    }
+    expectProblem(await post(app, EXECUTE, secret, undefined, 'reader'), 403, 'PermissionDenied')
+    expect(await linesOf(app, 'log.txt', 'all')).toEqual(['PRIVATE-OUTPUT'])
+  })
+
   it('refuses a malformed key with 400 BadRequest and runs nothing', async () => {
     const app = await buildTestApp()
     for (const key of ['', 'k'.repeat(256), 'a b', 'caf\u00e9', 'tab\there']) {

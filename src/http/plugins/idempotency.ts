@@ -18,6 +18,11 @@
  * no whitespace), read before validation fills in defaults: a client that
  * re-serialises the same arguments in another key order or spacing retries
  * the same request.
+ *
+ * The caller's allowed tools are part of the request too: a replay hands out
+ * what the first request's tools answered, so a token of the same tenant
+ * with other `allowed_tools` gets 422 rather than the answer of a call it
+ * may not make (a token with the same globs, a rotated one, replays).
  */
 import { createHash } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, onSendHookHandler, preHandlerAsyncHookHandler, preValidationAsyncHookHandler } from 'fastify'
@@ -86,7 +91,7 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
       case 'running':
         throw new ToolError('Conflict', 'a request with this Idempotency-Key is still running; retry once it has answered')
       case 'reused':
-        throw new ToolError('IdempotencyKeyReused', 'this Idempotency-Key was used with another method, path or body')
+        throw new ToolError('IdempotencyKeyReused', 'this Idempotency-Key was used with another method, path or body, or by a token with other allowed tools')
     }
   }
 
@@ -118,7 +123,7 @@ Object.defineProperty(idempotency, Symbol.for('skip-override'), { value: true })
 /** The route's schema with the header and the layer's own answers, for the OpenAPI document. */
 function documented (schema: FastifySchema): FastifySchema {
   const headers = (schema.headers ?? { type: 'object', properties: {} }) as { properties?: Record<string, unknown> }
-  const keyHeader = { type: 'string', description: 'Repeats of this request (same tenant, method, path and body) get its first answer again, with Idempotent-Replayed: true; 1–255 visible ASCII characters' }
+  const keyHeader = { type: 'string', description: 'Repeats of this request (same tenant, allowed tools, method, path and body) get its first answer again, with Idempotent-Replayed: true; 1–255 visible ASCII characters' }
   return {
     ...schema,
     headers: { ...headers, properties: { ...headers.properties, [KEY_HEADER]: keyHeader } },
@@ -139,7 +144,7 @@ function keptHeaders (reply: FastifyReply): Record<string, string> {
   return headers
 }
 
-/** The method, path and body of a request, as one digest. */
+/** The method, path, caller's allowed tools and body of a request, as one digest. */
 function fingerprintOf (request: FastifyRequest): string {
   let body: string
   try {
@@ -148,7 +153,8 @@ function fingerprintOf (request: FastifyRequest): string {
     if (error instanceof RangeError) throw new ToolError('BadRequest', 'the body is nested too deeply')
     throw error
   }
-  return createHash('sha256').update(`${request.method} ${request.url}\n${body}`).digest('hex')
+  const scope = canonicalJson([...new Set(request.principal.allowedTools)].sort())
+  return createHash('sha256').update(`${request.method} ${request.url}\n${scope}\n${body}`).digest('hex')
 }
 
 /** JSON with every object's keys sorted and no whitespace: one text per value. */
