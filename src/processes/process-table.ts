@@ -46,11 +46,16 @@ export interface ProcessTableOptions {
   self: { url: string | null, instance: string }
 }
 
+/** A start between its checks and its process: cancelled when the workspace is removed meanwhile. */
+interface StartUnderWay {
+  cancelled: boolean
+}
+
 export class ProcessTable {
   readonly #options: ProcessTableOptions
   readonly #byWorkspace = new Map<string, Map<string, ManagedProcess>>()
-  /** Starts under way per workspace: they count against max_per_workspace before they run. */
-  readonly #starting = new Map<string, number>()
+  /** Starts under way per workspace: they count against max_per_workspace before they run, and a removal of the workspace cancels them. */
+  readonly #starting = new Map<string, Set<StartUnderWay>>()
   readonly #outputSockets: OutputSockets
   #closed = false
 
@@ -72,19 +77,22 @@ export class ProcessTable {
     const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id)
     const dir = lease?.dir ?? place.dir
     if (dir === undefined) throw new Error('a process needs a workspace directory')
-    const starting = this.#starting.get(dir) ?? 0
+    const starting = this.#starting.get(dir) ?? new Set<StartUnderWay>()
     try {
-      if (this.#running(dir) + starting >= config.max_per_workspace) {
+      if (this.#running(dir) + starting.size >= config.max_per_workspace) {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
-      this.#starting.set(dir, starting + 1)
+      const underWay: StartUnderWay = { cancelled: false }
+      this.#starting.set(dir, starting.add(underWay))
       let started: ManagedProcess | undefined
       let parts
       try {
-        parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes))
+        parts = await this.#prepare(place, dir, request, underWay, (stream, bytes) => started?.received(stream, bytes))
       } finally {
-        this.#decrementStarting(dir)
+        starting.delete(underWay)
+        if (starting.size === 0 && this.#starting.get(dir) === starting) this.#starting.delete(dir)
       }
+      // From here to the table, nothing awaits: a removal of the workspace either cancelled this start or finds its process.
       const endChange = usageOf(dir).beginChange()
       try {
         started = new ManagedProcess({
@@ -122,7 +130,7 @@ export class ProcessTable {
    * other instances where the process runs, written before the start is
    * answered. What was made goes again when any part fails.
    */
-  async #prepare (place: ProcessPlace, dir: string, request: StartRequest, received: (stream: StreamName, bytes: Buffer) => void) {
+  async #prepare (place: ProcessPlace, dir: string, request: StartRequest, underWay: StartUnderWay, received: (stream: StreamName, bytes: Buffer) => void) {
     const { records, runner, self } = this.#options
     const id = `p_${randomBytes(6).toString('hex')}`
     const startedAt = new Date()
@@ -137,7 +145,8 @@ export class ProcessTable {
       import('execa'),
       record && this.#options.records.write(record.tenant, record.record),
     ])
-    if (launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled') {
+    const prepared = launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled'
+    if (prepared && !underWay.cancelled) {
       return { record, process: { id, workspace: place.id, startedAt, launch: launch.value, output: { stdout: stdout.value, stderr: stderr.value }, execa: execa.value.execa } }
     }
     if (launch.status === 'fulfilled') launch.value.release()
@@ -145,6 +154,7 @@ export class ProcessTable {
       if (pair.status === 'fulfilled') for (const end of [pair.value.reader, pair.value.writer]) end.destroy()
     }
     if (record && recorded.status === 'fulfilled') await records.remove(record.tenant, record.workspace, id).catch(() => {})
+    if (underWay.cancelled) throw new ToolError('NotFound', 'the workspace was removed while the process was starting')
     throw [launch, stdout, stderr, execa, recorded].find((part) => part.status === 'rejected')?.reason
   }
 
@@ -158,12 +168,13 @@ export class ProcessTable {
     return [...this.#byWorkspace.get(dir)?.values() ?? []]
   }
 
-  /** Kills a workspace's processes (it is being removed) and forgets them. */
+  /** Kills a workspace's processes (it is being removed) and forgets them; its starts under way start nothing. */
   async endWorkspace (dir: string): Promise<void> {
+    for (const underWay of this.#starting.get(dir) ?? []) underWay.cancelled = true
     const table = this.#byWorkspace.get(dir)
     if (!table) return
-    await Promise.all([...table.values()].map((each) => each.kill('KILL')))
     this.#byWorkspace.delete(dir)
+    await Promise.all([...table.values()].map((each) => each.kill('KILL')))
   }
 
   /** Kills every process (service shutdown); none starts after. */
@@ -178,12 +189,6 @@ export class ProcessTable {
     let count = 0
     for (const each of this.#byWorkspace.get(dir)?.values() ?? []) if (each.running) count++
     return count
-  }
-
-  #decrementStarting (dir: string): void {
-    const left = (this.#starting.get(dir) ?? 1) - 1
-    if (left > 0) this.#starting.set(dir, left)
-    else this.#starting.delete(dir)
   }
 
   /** Forgets the oldest ended processes beyond keep_ended, with their records. */
