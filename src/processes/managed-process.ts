@@ -40,6 +40,8 @@ export const KILL_GRACE_MS = 2000
 const RESIGNAL_MS = 20
 /** How long output pipes may stay open after the command exits (a straggler outside any cgroup holds them). */
 const PIPE_GRACE_MS = 1000
+/** How much input may wait for a command to read it before more is refused (409): one more request's body at most comes on top. */
+export const STDIN_WAITING_MAX_BYTES = 1024 * 1024
 
 export interface ProcessSpec {
   /** execa, loaded when the first process starts (most services never start one). */
@@ -119,6 +121,8 @@ export class ManagedProcess {
     const outputIn = Promise.all((['stdout', 'stderr'] as const).map((stream) => this.#follow(stream, spec.output[stream].reader)))
     this.#child.nodeChildProcess.once('exit', () => {
       this.#exited = true
+      // Input it never read goes (a sandbox's launcher may hold the pipe open after the command has gone).
+      this.#child.stdin?.destroy()
       // What the command left running goes with it; output a straggler holds open is closed after a grace period.
       this.#launch.signalTree(this.#pid, 'SIGKILL')
       this.#timers.push(setTimeout(() => { spec.output.stdout.reader.destroy(); spec.output.stderr.reader.destroy() }, PIPE_GRACE_MS).unref())
@@ -179,7 +183,12 @@ export class ManagedProcess {
     if (!this.running) throw new ToolError('Conflict', `process ${this.id} has ended`)
     if (this.#child.stdin === null) throw new ToolError('Conflict', `process ${this.id} was not started with "stdin": true`)
     if (!this.#stdinOpen) throw new ToolError('Conflict', `the stdin of process ${this.id} is closed`)
-    if (data !== undefined && data !== '') this.#child.stdin.write(data)
+    if (data !== undefined && data !== '') {
+      // What the command has not read yet waits in the service's memory: bounded, by refusing more.
+      const waiting = this.#child.stdin.writableLength
+      if (waiting >= STDIN_WAITING_MAX_BYTES) throw new ToolError('Conflict', `process ${this.id} has not read the last ${waiting} bytes of its input yet; send more once it has`)
+      this.#child.stdin.write(data)
+    }
     if (eof) {
       this.#stdinOpen = false
       this.#child.stdin.end()

@@ -122,6 +122,32 @@ describe('processes over REST', () => {
     expect((await s.call('POST', `${procs('w')}/${none.id}/input`, { data: 'x' })).status).toBe(409)
   })
 
+  it('keeps what a command has not read of its input bounded: past 1 MiB waiting, input is 409 until it reads', async () => {
+    const s = await server()
+    const chunk = 'x'.repeat(600 * 1024)
+    const send = async (id: string) => (await s.call('POST', `${procs('w')}/${id}/input`, { data: chunk })).status
+    // sleep never reads: the pipe takes what it holds, the rest waits in the service.
+    const deaf = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`, { stdin: true })
+    expect([await send(deaf.id), await send(deaf.id)]).toEqual([200, 200])
+    const refused = await s.call('POST', `${procs('w')}/${deaf.id}/input`, { data: chunk })
+    expect(refused.status).toBe(409)
+    expect(refused.body).toMatchObject({ code: 'Conflict', detail: expect.stringContaining('not read') })
+    // A command that reads takes as much as it is sent.
+    const reader = await start(s, 'w', 'wc -c', { stdin: true })
+    for (let i = 0; i < 8; i++) {
+      let status = await send(reader.id)
+      while (status === 409) {
+        await new Promise((resolve) => setTimeout(resolve, 20))
+        status = await send(reader.id)
+      }
+      expect(status).toBe(200)
+    }
+    await s.call('POST', `${procs('w')}/${reader.id}/input`, { eof: true })
+    await ended(s, 'w', reader.id)
+    const counted = await s.call('GET', `${procs('w')}/${reader.id}/output?after=0`)
+    expect(counted.body['chunks'].map((c: Json) => c.data).join('').trim()).toBe(String(8 * chunk.length))
+  })
+
   for (const mode of ['none', 'bwrap'] as const) {
     it(`kill (sandbox ${mode}): a TERM-trapping command gets KILL after 2 s, and a setsid grandchild goes too`, async () => {
       const s = await server({ sandbox: { mode } })
