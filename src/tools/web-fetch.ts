@@ -16,6 +16,8 @@ export const MAX_REDIRECTS = 5
 export const FETCH_TIMEOUT_MS = 30_000
 const REDIRECTS = new Set([301, 302, 303, 307, 308])
 const DROPPED_HEADERS = new Set(['host', 'connection', 'keep-alive', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'content-length'])
+/** The caller's credentials for the site it named: not sent on once a redirect leads to another origin (as fetch does). */
+const CREDENTIAL_HEADERS = new Set(['authorization', 'cookie'])
 
 export interface WebFetchOptions {
   /** Name resolution (tests substitute one that answers private addresses). */
@@ -109,16 +111,19 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
       let method = (args.method ?? 'GET').toUpperCase()
       const timeout = AbortSignal.timeout(FETCH_TIMEOUT_MS)
       const signal = AbortSignal.any([ctx.signal, timeout])
+      let headers = callerHeaders(args.headers)
       for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
         const agent = guarded ? await pinnedAgent(await vetHost(url, resolve, policy)) : undefined
         try {
           const { request } = await import('undici')
-          const response = await request(url, { method: method as 'GET', headers: callerHeaders(args.headers), dispatcher: agent, signal })
+          const response = await request(url, { method: method as 'GET', headers, dispatcher: agent, signal })
           const location = response.headers['location']
           if (REDIRECTS.has(response.statusCode) && typeof location === 'string') {
             await response.body.dump()
             if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) method = 'GET'
-            url = parseUrl(location, guarded, url)
+            const next = parseUrl(location, guarded, url)
+            if (next.origin !== url.origin) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !CREDENTIAL_HEADERS.has(name.toLowerCase())))
+            url = next
             continue
           }
           const { data, complete, read } = await readCapped(response.body as never, config.max_bytes)

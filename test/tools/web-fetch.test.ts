@@ -101,6 +101,22 @@ describe('web_fetch', () => {
     expect(server.requests.map((r) => `${r.method} ${r.url}`)).toEqual(['PUT /a', 'PUT /b', 'GET /c'])
   })
 
+  it('sends the caller\'s Authorization and Cookie on redirects within the origin, never to another one', async () => {
+    const other = await startHttpServer((_request, response) => { response.writeHead(200).end('elsewhere') })
+    const server = await startHttpServer((request, response) => {
+      if (request.url === '/a') response.writeHead(302, { location: '/b' }).end()
+      else if (request.url === '/b') response.writeHead(307, { location: `${other.base}/c` }).end()
+      else response.writeHead(200).end()
+    })
+    const app = await buildTestApp(OPEN)
+    const headers = { Authorization: 'Bearer USER-KEY', cookie: 'sid=1', 'X-Kept': 'yes' }
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/a`, headers })).body.result).toMatchObject({ body: 'elsewhere', url: `${other.base}/c` })
+    expect(server.requests.map((r) => [r.url, r.headers['authorization'], r.headers['cookie']])).toEqual([['/a', 'Bearer USER-KEY', 'sid=1'], ['/b', 'Bearer USER-KEY', 'sid=1']])
+    expect(other.requests[0]?.headers).toMatchObject({ 'x-kept': 'yes' })
+    expect(other.requests[0]?.headers['authorization']).toBeUndefined()
+    expect(other.requests[0]?.headers['cookie']).toBeUndefined()
+  })
+
   it('checks the scheme of every hop, and gives up after too many redirects', async () => {
     const server = await startHttpServer((request, response) => {
       if (request.url === '/file') response.writeHead(302, { location: 'file:///etc/passwd' }).end()
