@@ -32,9 +32,12 @@ interface Identity {
   ino: bigint
 }
 
+/** A directory entry's name: as a string, or as the bytes the directory holds. */
+export type EntryName = string | Buffer
+
 /** A directory below the root: the name it was entered by, and what it was. */
 interface Level extends Identity {
-  name: string
+  name: EntryName
 }
 
 export class TreeCursor {
@@ -78,13 +81,19 @@ export class TreeCursor {
     return `/proc/self/fd/${this.#current.fd}`
   }
 
-  /** An entry of the current directory, as a path resolved through its descriptor. */
-  at (name: string): string {
-    return `${this.here}/${name}`
+  /**
+   * An entry of the current directory, as a path resolved through its
+   * descriptor. A name read as bytes (`readdir`'s `encoding: 'buffer'`) gives
+   * a path of bytes: a name that is not UTF-8 is reached as it is.
+   */
+  at (name: string): string
+  at (name: EntryName): string | Buffer
+  at (name: EntryName): string | Buffer {
+    return typeof name === 'string' ? `${this.here}/${name}` : Buffer.concat([Buffer.from(`${this.here}/`), name])
   }
 
   /** Steps into the subdirectory `name`; false when it is not a directory (any more). */
-  async enter (name: string): Promise<boolean> {
+  async enter (name: EntryName): Promise<boolean> {
     const handle = await openDirectory(this.at(name), this.#unlock)
     if (!handle) return false
     try {
@@ -151,7 +160,7 @@ const isNotADirectory = (code: string | undefined): boolean => code === 'ENOENT'
  * Opens a directory without following a symlink at its name; null when it
  * is not a directory there, or (unless `unlock`) one its owner cannot read.
  */
-async function openDirectory (at: string, unlock: boolean): Promise<FileHandle | null> {
+async function openDirectory (at: string | Buffer, unlock: boolean): Promise<FileHandle | null> {
   let handle: FileHandle
   try {
     handle = await open(at, DIRECTORY_FLAGS)
@@ -173,7 +182,7 @@ async function openDirectory (at: string, unlock: boolean): Promise<FileHandle |
  * for reading through it: no name is looked up twice, so nothing can be
  * swapped in between.
  */
-async function openUnlocked (at: string): Promise<FileHandle | null> {
+async function openUnlocked (at: string | Buffer): Promise<FileHandle | null> {
   let pathOnly: FileHandle
   try {
     pathOnly = await open(at, O_PATH | constants.O_DIRECTORY | constants.O_NOFOLLOW)

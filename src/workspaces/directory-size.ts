@@ -25,15 +25,16 @@ export interface TreeSize {
 
 /** The subdirectories left to walk in one directory of the walk. */
 interface Listing {
-  directories: string[]
+  directories: Buffer[]
   next: number
 }
 
 /** Counts the regular files of the current directory into `total`; answers its subdirectories. */
 async function countHere (cursor: TreeCursor, total: TreeSize): Promise<Listing> {
   // A directory that cannot be listed (gone meanwhile) holds nothing to count.
-  const entries: Dirent[] = await readdir(cursor.here, { withFileTypes: true }).catch(() => [])
-  const directories: string[] = []
+  // Names as bytes: a file whose name is not UTF-8 counts too.
+  const entries: Array<Dirent<Buffer>> = await readdir(cursor.here, { withFileTypes: true, encoding: 'buffer' }).catch(() => [])
+  const directories: Buffer[] = []
   for (let start = 0; start < entries.length; start += ENTRIES_PER_TURN) {
     if (start > 0) await nextTurn()
     for (const entry of entries.slice(start, start + ENTRIES_PER_TURN)) {
@@ -50,7 +51,7 @@ async function countHere (cursor: TreeCursor, total: TreeSize): Promise<Listing>
   return { directories, next: 0 }
 }
 
-function lstatOrNull (at: string): Stats | null {
+function lstatOrNull (at: string | Buffer): Stats | null {
   try {
     return lstatSync(at, { throwIfNoEntry: false, bigint: false }) ?? null
   } catch {

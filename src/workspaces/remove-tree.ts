@@ -46,7 +46,7 @@ export async function removeTree (target: string): Promise<void> {
 }
 
 /** Removes a file, a link or an empty directory in one step; a directory with entries is left to the walk. */
-async function removeEntry (at: string): Promise<'gone' | 'not empty'> {
+async function removeEntry (at: string | Buffer): Promise<'gone' | 'not empty'> {
   for (let attempt = 0; attempt < KIND_CHANGES; attempt++) {
     try {
       // unlink never follows a link, and on Linux refuses a directory with EISDIR.
@@ -71,15 +71,15 @@ async function removeEntry (at: string): Promise<'gone' | 'not empty'> {
   throw new Error('an entry kept changing between a file and a directory while it was removed')
 }
 
-/** What is left to do in one directory of the walk. */
+/** What is left to do in one directory of the walk: names as bytes, so that a name that is not UTF-8 is removed too. */
 interface Listing {
-  names: string[]
+  names: Buffer[]
   next: number
   rounds: number
 }
 
 async function listingOf (cursor: TreeCursor): Promise<Listing> {
-  return { names: await readdir(cursor.here), next: 0, rounds: 1 }
+  return { names: await readdir(cursor.here, { encoding: 'buffer' }), next: 0, rounds: 1 }
 }
 
 /** Empties the cursor's root, depth first; one listing per level is kept, not one descriptor. */
@@ -100,7 +100,7 @@ async function emptyTree (cursor: TreeCursor): Promise<void> {
       continue
     }
     // Every listed name is handled: list again, for entries made meanwhile.
-    const names = await readdir(cursor.here)
+    const names = await readdir(cursor.here, { encoding: 'buffer' })
     if (names.length > 0) {
       if (++listing.rounds > LISTING_ROUNDS) throw new Error('entries kept appearing in a directory while it was removed')
       listing.names = names

@@ -16,6 +16,7 @@ export interface Identity {
 }
 
 export interface DirectoryNode {
+  /** Its name's bytes, one character a byte (`nameOf`): a name that is not UTF-8 is kept as it is. */
   readonly name: string
   readonly parent: DirectoryNode | undefined
   identity: Identity | undefined
@@ -41,8 +42,18 @@ export interface Listing {
   bytes: number
   /** The inodes of those files that have other hard links. */
   links: Set<number>
-  /** Its subdirectories, by name. */
+  /** Its subdirectories, by name (`nameOf`). */
   subdirectories: Map<string, Identity>
+}
+
+/** A directory entry's name, read as bytes, as the tree keeps it: one character a byte (latin1 maps each byte to one). */
+export function nameOf (bytes: Buffer): string {
+  return bytes.toString('latin1')
+}
+
+/** The bytes of a name the tree keeps. */
+export function bytesOfName (name: string): Buffer {
+  return Buffer.from(name, 'latin1')
 }
 
 export function newNode (name: string, parent: DirectoryNode | undefined): DirectoryNode {
@@ -64,7 +75,7 @@ export function namesTo (node: DirectoryNode): string[] {
 
 /** Lists the directory the cursor is in (an unreadable one lists as empty). */
 export async function listDirectory (cursor: TreeCursor): Promise<Listing> {
-  const entries = await readdir(cursor.here, { withFileTypes: true }).catch(() => [])
+  const entries = await readdir(cursor.here, { withFileTypes: true, encoding: 'buffer' }).catch(() => [])
   const listing: Listing = { files: 0, bytes: 0, links: new Set(), subdirectories: new Map() }
   for (let start = 0; start < entries.length; start += ENTRIES_PER_TURN) {
     if (start > 0) await nextTurn()
@@ -77,7 +88,7 @@ export async function listDirectory (cursor: TreeCursor): Promise<Listing> {
         listing.bytes += stats.size
         if (stats.nlink > 1) listing.links.add(stats.ino)
       } else if (stats?.isDirectory()) {
-        listing.subdirectories.set(entry.name, { dev: stats.dev, ino: stats.ino })
+        listing.subdirectories.set(nameOf(entry.name), { dev: stats.dev, ino: stats.ino })
       }
     }
   }
@@ -97,7 +108,7 @@ export function sameIdentity (found: Identity | undefined, expected: Identity | 
   return found !== undefined && expected !== undefined && found.dev === expected.dev && found.ino === expected.ino
 }
 
-function lstatOrNull (at: string): Stats | null {
+function lstatOrNull (at: string | Buffer): Stats | null {
   try {
     return lstatSync(at, { throwIfNoEntry: false, bigint: false }) ?? null
   } catch {

@@ -25,7 +25,7 @@
  */
 import { TreeCursor } from '../workspace-fs/tree-cursor.ts'
 import type { TreeSize } from './directory-size.ts'
-import { type DirectoryNode, depthOf, identityOf, listDirectory, namesTo, newNode, sameIdentity } from './usage-directory.ts'
+import { bytesOfName, type DirectoryNode, depthOf, identityOf, listDirectory, nameOf, namesTo, newNode, sameIdentity } from './usage-directory.ts'
 import { eventCount, mayHaveOverflowed, unwatchDirectory, watchDirectory } from './usage-inotify.ts'
 import { eventsDelivered } from './usage-marker.ts'
 
@@ -156,7 +156,7 @@ export class WatchedTree {
     let node = this.#top
     for (const name of directory.split('/')) {
       if (name === '' || name === '.') continue
-      node = node?.children.get(name)
+      node = node?.children.get(nameOf(Buffer.from(name)))
     }
     return node?.listed ? node : undefined
   }
@@ -168,7 +168,7 @@ export class WatchedTree {
     if (!cursor) return this.#dropAll()
     try {
       for (const name of names) {
-        if (!await cursor.enter(name)) return this.#moved(node)
+        if (!await cursor.enter(bytesOfName(name))) return this.#moved(node)
       }
       if (!sameIdentity(identityOf(cursor.here), node.identity)) return this.#moved(node)
       // A directory a walk that was cut short never reached is watched now.
@@ -229,7 +229,7 @@ export class WatchedTree {
         continue
       }
       if (child.gone) continue
-      if (!await cursor.enter(child.name)) {
+      if (!await cursor.enter(bytesOfName(child.name))) {
         this.#dirty.add(top.node)
         continue
       }

@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process'
 import { mkdir, readdir, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { directorySize } from '../../src/workspaces/directory-size.ts'
 import { removeTree } from '../../src/workspaces/remove-tree.ts'
 import { tempDir } from '../support/temp.ts'
 
@@ -34,6 +35,18 @@ describe('removeTree', () => {
     await removeTree(ws)
     await removeTree(path.join(outside, 'f0'))
     expect(existsSync(path.join(outside, 'f0'))).toBe(false)
+  })
+
+  it('removes, and counts, entries whose names are not UTF-8', async () => {
+    const ws = path.join(await tempDir(), 'ws')
+    await mkdir(ws)
+    const bytes = (name: string) => Buffer.concat([Buffer.from(`${ws}/`), Buffer.from(name, 'latin1')])
+    await writeFile(bytes('caf\xe9.txt'), 'abc')
+    await mkdir(bytes('dir\xff'))
+    await writeFile(Buffer.concat([bytes('dir\xff'), Buffer.from('/keep\xfe', 'latin1')]), 'defg')
+    expect(await directorySize(ws)).toEqual({ files: 2, bytes: 7 })
+    await removeTree(ws)
+    expect(existsSync(ws)).toBe(false)
   })
 
   it('holds while a directory inside is swapped for a symlink to the outside during the removal', async () => {

@@ -7,6 +7,7 @@
  * everything and stays exact.
  */
 import { existsSync, readFileSync, statSync } from 'node:fs'
+import { readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
@@ -174,6 +175,23 @@ describe('workspace usage, watched per directory', () => {
     expect(answered).toEqual(truth)
     expect(usage.fullScans).toBe(fullScans + 1)
     expect(usage.watched).toBe(true)
+  })
+
+  it('counts, deletes and cleans up files and directories whose names are not UTF-8', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    const odd = 'printf abc > "$(printf \'caf\\351.txt\')"; mkdir "$(printf \'dir\\377\')"; printf defg > "$(printf \'dir\\377/keep\\376\')"'
+    await shell(app, 'odd', `${odd}; printf hi > plain.txt`)
+    expect(await answeredAndTrue(app, 'odd')).toEqual({ answered: { files: 3, bytes: 9 }, truth: { files: 3, bytes: 9 } })
+    // A change inside the oddly named directory is heard through its own watch.
+    await shell(app, 'odd', 'printf 12345 >> "$(printf \'dir\\377/keep\\376\')"')
+    expect((await answeredAndTrue(app, 'odd')).answered).toEqual({ files: 3, bytes: 14 })
+    const root = app.runtime.workspaces.root
+    expect((await requestAs(app, '', 'DELETE', '/v1/workspaces/odd')).status).toBe(204)
+    // A call without a workspace leaves such names in its ephemeral one too.
+    expect((await execAs(app, '', 'exec_shell', { command: odd })).status).toBe(200)
+    const leftovers = async () => (await readdir(path.join(root, 'trash'))).length + (await readdir(path.join(root, 'ephemeral'))).length
+    for (let waited = 0; await leftovers() > 0 && waited < 5000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(await leftovers()).toBe(0)
   })
 
   it('closes its watches when the workspace is deleted', async () => {
