@@ -37,6 +37,11 @@ export class WorkspaceLayout {
     return path.join(this.#tenantDir(tenant), 'ws', directoryNameOf(id))
   }
 
+  /** Every tenant's workspaces, metadata and process records; only the service's user may enter it. */
+  get tenantsDir (): string {
+    return path.join(this.root, 'tenants')
+  }
+
   /** Where deleted workspaces wait for their files to be removed. */
   get trashDir (): string {
     return path.join(this.root, 'trash')
@@ -114,7 +119,7 @@ export class WorkspaceLayout {
 
   /** Every readable metadata record under the root. */
   async all (): Promise<WorkspaceMeta[]> {
-    const tenantsDir = path.join(this.root, 'tenants')
+    const tenantsDir = this.tenantsDir
     const out: WorkspaceMeta[] = []
     for (const tenantName of await readdir(tenantsDir).catch(() => [] as string[])) {
       const metaDir = path.join(tenantsDir, tenantName, 'meta')
@@ -128,7 +133,7 @@ export class WorkspaceLayout {
   }
 
   #tenantDir (tenant: string): string {
-    return path.join(this.root, 'tenants', directoryNameOf(tenant))
+    return path.join(this.tenantsDir, directoryNameOf(tenant))
   }
 
   #metaDir (tenant: string): string {

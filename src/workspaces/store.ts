@@ -26,7 +26,7 @@
  * workspaces whose removal failed.
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, realpath, stat } from 'node:fs/promises'
+import { chmod, mkdir, realpath, stat } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
@@ -121,6 +121,10 @@ export class WorkspaceStore {
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
     this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
+    // No other user of the host may reach into a workspace, even under a root an operator made open:
+    // a command can leave a setuid program there, which would run as the service's user.
+    await mkdir(this.#layout.tenantsDir, { recursive: true, mode: 0o700 })
+    await chmod(this.#layout.tenantsDir, 0o700)
     this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
     await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
     await this.#cache.adoptAll(this.#layout)

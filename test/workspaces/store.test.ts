@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs'
-import { readdir, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, readdir, realpath, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -56,6 +56,19 @@ describe('WorkspaceStore', () => {
     await s.delete('t1', 'one')
     expect(existsSync(record.dir)).toBe(false)
     expect(codeOf(() => s.get('t1', 'one'))).toBe('NotFound')
+  })
+
+  it('lets no other user of the host into the workspaces, even under a root made open (a command may leave a setuid program there)', async () => {
+    const root = await tempDir()
+    await chmod(root, 0o755)
+    await mkdir(path.join(root, 'tenants'), { mode: 0o755 })
+    await chmod(path.join(root, 'tenants'), 0o755)
+    const s = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }) })
+    await s.init()
+    const record = await s.create('acme', { id: 'w' })
+    expect((await stat(path.join(root, 'tenants'))).mode & 0o777).toBe(0o700)
+    expect(record.dir.startsWith(path.join(await realpath(root), 'tenants') + path.sep)).toBe(true)
+    s.close()
   })
 
   it('keeps tenants apart', async () => {
