@@ -25,6 +25,9 @@ export function replaceFirst (text: string, needle: string, replacement: string)
   return text.slice(0, at) + replacement + text.slice(at + needle.length)
 }
 
+/** Strict: invalid bytes throw; a byte order mark stays in the text, so that it is written back. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true })
+
 /**
  * Applies `edit` to the text of the workspace file `userPath` and writes the
  * new text back; `edit` throws to refuse, and the file stays as it was.
@@ -36,7 +39,13 @@ export async function editFile<T> (workspaceDir: string, userPath: string, quota
     let text: string
     try {
       if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${userPath} is larger than ${MAX_EDIT_BYTES} bytes; edit it with exec_shell instead`)
-      text = (await readPrefix(handle, stat.size)).toString('utf8')
+      // Bytes that are not UTF-8 would come back as U+FFFD, anywhere in the file: refused instead.
+      try {
+        text = UTF8.decode(await readPrefix(handle, stat.size))
+      } catch (error) {
+        if (error instanceof TypeError) throw new ToolError('InvalidArgs', `${userPath} is not UTF-8 text; edit it with exec_shell instead`)
+        throw error
+      }
     } finally {
       await handle.close()
     }

@@ -20,6 +20,8 @@ export function fsError (error: unknown, userPath: string): unknown {
   switch (code) {
     case 'ENOENT': return new ToolError('FileNotFound', `${shown} does not exist`)
     case 'EISDIR': return new ToolError('InvalidArgs', `${shown} is a directory`)
+    // What open() answers for a Unix socket.
+    case 'ENXIO': return new ToolError('InvalidArgs', `${shown} is not a regular file`)
     case 'ENOTDIR': return new ToolError('FileNotFound', `${shown}: a parent is not a directory`)
     case 'EACCES': case 'EPERM': return new ToolError('PermissionDenied', `${shown}: permission denied`)
     case 'ELOOP': return new ToolError('InvalidPath', `${shown} is a symbolic link`)

@@ -6,7 +6,7 @@
  * write's delta (files, bytes) is handed to the workspace's usage.
  */
 import { randomUUID } from 'node:crypto'
-import { lstat, rename, rm, writeFile } from 'node:fs/promises'
+import { lstat, open, rename, rm } from 'node:fs/promises'
 import { fsError } from './errors.ts'
 import { runExclusively } from './keyed-mutex.ts'
 import { openContainedDirectory, splitInWorkspace } from './open.ts'
@@ -64,13 +64,18 @@ async function writeInPlace (workspaceDir: string, absolute: string, userPath: s
     throw fsError(error, userPath)
   }
   try {
-    let replaced: Replaced = null
-    if (hooks) {
-      const existing = await lstat(dir.at(name)).catch(() => null)
-      replaced = existing?.isFile() ? { size: existing.size } : null
-      await hooks.before(replaced)
+    const existing = await lstat(dir.at(name)).catch(() => null)
+    const replaced: Replaced = existing?.isFile() ? { size: existing.size } : null
+    await hooks?.before(replaced)
+    const file = await open(dir.at(temp), 'wx', 0o644)
+    try {
+      await file.writeFile(content)
+      // A file written anew keeps its permissions (an executable script stays executable, a private file
+      // private); through the descriptor, as nothing swapped in at the temporary name is ever followed.
+      if (existing?.isFile()) await file.chmod(existing.mode & 0o777)
+    } finally {
+      await file.close()
     }
-    await writeFile(dir.at(temp), content, { flag: 'wx', mode: 0o644 })
     await rename(dir.at(temp), dir.at(name))
     hooks?.after(replaced)
   } catch (error) {

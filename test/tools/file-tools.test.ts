@@ -1,4 +1,5 @@
-import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises'
+import net from 'node:net'
+import { chmod, mkdir, readdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { editFileTool } from '../../src/tools/edit-file.ts'
@@ -85,6 +86,34 @@ describe('edit_file', () => {
     expect(await codeOf(editFileTool.execute({ path: 't.txt', old_text: '', new_text: 'y' }, ctx))).toBe('InvalidArgs')
     expect(await readFile(path.join(ctx.workspaceDir, 't.txt'), 'utf8')).toBe('x marks one x')
     expect(await codeOf(editFileTool.execute({ path: 'ghost.txt', old_text: 'a', new_text: 'b' }, ctx))).toBe('FileNotFound')
+  })
+
+  it('keeps every other byte and the file\'s permissions; refuses a file that is not UTF-8, leaving it as it was', async () => {
+    const ctx = await toolContext()
+    const script = path.join(ctx.workspaceDir, 'run.sh')
+    await writeFile(script, '\uFEFF#!/bin/sh\necho OLD\n', { mode: 0o750 })
+    await chmod(script, 0o750)
+    await editFileTool.execute({ path: 'run.sh', old_text: 'OLD', new_text: 'NEW' }, ctx)
+    expect(await readFile(script, 'utf8')).toBe('\uFEFF#!/bin/sh\necho NEW\n')
+    expect((await stat(script)).mode & 0o777).toBe(0o750)
+    const binary = Buffer.from('caf\xe9 OLD \xff\xfe\x00\x01 end', 'latin1')
+    await writeFile(path.join(ctx.workspaceDir, 'b.bin'), binary)
+    await expect(editFileTool.execute({ path: 'b.bin', old_text: 'OLD', new_text: 'NEW' }, ctx)).rejects.toMatchObject({ code: 'InvalidArgs', message: expect.stringMatching(/not UTF-8/) })
+    expect(await readFile(path.join(ctx.workspaceDir, 'b.bin'))).toEqual(binary)
+  })
+
+  it('answers a Unix socket as not a regular file (400), as every file tool does', async () => {
+    const ctx = await toolContext()
+    const server = net.createServer()
+    await new Promise<void>((resolve) => server.listen(path.join(ctx.workspaceDir, 's.sock'), resolve))
+    try {
+      for (const use of [
+        editFileTool.execute({ path: 's.sock', old_text: 'a', new_text: 'b' }, ctx),
+        readFileTool.execute({ path: 's.sock' }, ctx),
+      ]) await expect(use).rejects.toMatchObject({ code: 'InvalidArgs', message: expect.stringMatching(/not a regular file/) })
+    } finally {
+      server.close()
+    }
   })
 
   it('serialises concurrent edits of one file (no lost update)', async () => {
