@@ -62,7 +62,22 @@ export function parseConfig (raw: unknown): Config {
   }
   const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => s.command !== undefined && s.url !== undefined)
   if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, not both`)
+  for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {
+    if (server.url !== undefined) checkMcpUrl(`tools.mcp_servers.${name}.url`, server.url)
+  }
   return { ...copy, workspaces: { ...copy.workspaces, root: copy.workspaces.root ?? path.join(os.tmpdir(), 'toolport-workspaces') } }
+}
+
+/** An MCP server's URL: http(s), and no user or password in it (they would never be sent, and would be logged). */
+function checkMcpUrl (key: string, value: string): void {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    throw new ConfigError(`config: ${key}: must be an http(s) URL`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(`config: ${key}: must be an http(s) URL`)
+  if (url.username !== '' || url.password !== '') throw new ConfigError(`config: ${key}: must not hold a user or password (user:password@host); they are never sent`)
 }
 
 /** The embedded defaults (no file). */
@@ -102,7 +117,9 @@ export async function loadConfigFile (file: string): Promise<Config> {
   try {
     raw = /\.json$/i.test(file) ? JSON.parse(text) : await parseYaml(text)
   } catch (error) {
-    const firstLine = String((error as Error).message).split('\n')[0]
+    // Without the text around the mistake, which JSON.parse quotes (and the lines after the first, where YAML's are):
+    // it may hold a token.
+    const firstLine = String((error as Error).message).split('\n')[0]?.replace(/, .* is not valid JSON$/, ' (not valid JSON)')
     throw new ConfigError(`config: cannot parse ${file}: ${firstLine}`)
   }
   return resolvePaths(parseConfig(raw), path.dirname(path.resolve(file)))

@@ -33,6 +33,12 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ sandbox: { mode: 'docker' } }))).toBe('config: sandbox.mode: must be one of auto, bwrap, none')
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { fs: { command: 'x', bogus: 1 } } } }))).toBe('config: tools.mcp_servers.fs.bogus: unknown key')
     expect(messageOf(() => parseConfig({ auth: { tokens: [{ token: 't' }] } }))).toBe('config: auth.tokens.0.tenant: is required')
+    // A password in an MCP server's URL is never sent (fetch refuses such a URL), and the refusal would log it.
+    const withPassword = messageOf(() => parseConfig({ tools: { mcp_servers: { web: { url: 'https://user:PW-IN-URL@mcp.example/mcp' } } } }))
+    expect(withPassword).toBe('config: tools.mcp_servers.web.url: must not hold a user or password (user:password@host); they are never sent')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { web: { url: 'ftp://mcp.example/' } } } }))).toBe('config: tools.mcp_servers.web.url: must be an http(s) URL')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { web: { url: 'mcp.example' } } } }))).toBe('config: tools.mcp_servers.web.url: must be an http(s) URL')
+    expect(parseConfig({ tools: { mcp_servers: { web: { url: 'https://mcp.example/mcp?api_key=k' } } } }).tools.mcp_servers['web']?.url).toBe('https://mcp.example/mcp?api_key=k')
     expect(messageOf(() => parseConfig([]))).toMatch(/top level/)
   })
 
@@ -45,6 +51,14 @@ describe('config', () => {
     expect((await loadConfigFile(path.join(dir, 'b.json'))).limits.max_queue).toBe(0)
     await expect(loadConfigFile(path.join(dir, 'bad.yaml'))).rejects.toThrow(/cannot parse/)
     await expect(loadConfigFile(path.join(dir, 'missing.yaml'))).rejects.toThrow(/cannot read .*ENOENT/)
+    // A mistake next to a token does not put the token on the console.
+    await writeFile(path.join(dir, 'typo.json'), '{"auth": {"tokens": [{"token":sk-LIVE-9f8e7d6c5b4a, "tenant": "t"}]}}')
+    await writeFile(path.join(dir, 'typo.yaml'), 'auth:\n  tokens:\n    - token: sk-LIVE-9f8e7d6c5b4a\n     tenant: [t\n')
+    for (const file of ['typo.json', 'typo.yaml']) {
+      const message = await loadConfigFile(path.join(dir, file)).then(() => '', (error: Error) => error.message)
+      expect(message, file).toMatch(/cannot parse/)
+      expect(message, file).not.toMatch(/LIVE|9f8e/)
+    }
   })
 
   it('resolves relative paths of a file against the file\'s directory', async () => {
