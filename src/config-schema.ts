@@ -10,6 +10,11 @@ import { type Static, type TSchema, Type } from '@sinclair/typebox'
 const strict = { additionalProperties: false } as const
 const int = (min: number, def: number, max?: number) =>
   Type.Integer(max === undefined ? { minimum: min, default: def } : { minimum: min, maximum: max, default: def })
+/** The longest delay a Node.js timer takes (about 24.8 days); a longer one would fire at once. */
+const MAX_TIMER_MS = 2_147_483_647
+/** Durations that become timers: milliseconds, and whole seconds (multiplied by 1000). */
+const ms = (min: number, def: number) => int(min, def, MAX_TIMER_MS)
+const seconds = (min: number, def: number) => int(min, def, Math.floor(MAX_TIMER_MS / 1000))
 const section = <T extends Record<string, TSchema>>(props: T) => Type.Object(props, { ...strict, default: {} })
 const oneOf = <T extends string>(values: readonly T[], def: T) => Type.Unsafe<T>({ type: 'string', enum: values, default: def })
 
@@ -19,7 +24,7 @@ const McpServerSchema = Type.Object({
   env: Type.Record(Type.String(), Type.String(), { default: {} }),
   url: Type.Optional(Type.String()),
   internal_only: Type.Boolean({ default: true }),
-  timeout_ms: int(1, 60_000),
+  timeout_ms: ms(1, 60_000),
 }, strict)
 
 export const TokenSchema = Type.Object({
@@ -33,15 +38,15 @@ export const ConfigSchema = Type.Object({
     host: Type.String({ default: '127.0.0.1' }),
     port: int(0, 8080, 65535),
     body_limit_bytes: int(1024, 10 * 1024 * 1024),
-    drain_timeout_ms: int(0, 10_000),
+    drain_timeout_ms: ms(0, 10_000),
     /** How long a client may take to send its whole request (headers and body). */
-    request_timeout_ms: int(100, 60_000),
+    request_timeout_ms: ms(100, 60_000),
     /** The largest request line plus headers accepted; a longer URL is refused too. */
     max_header_bytes: int(1024, 16 * 1024),
     /** MCP sessions one tenant may hold; a new one beyond it ends the tenant's least recently used. */
     max_mcp_sessions: int(1, 100),
     /** An MCP session unused this long ends (and its workspace goes). */
-    mcp_session_idle_seconds: int(1, 900),
+    mcp_session_idle_seconds: seconds(1, 900),
     /** How long an Idempotency-Key's answer is kept and replayed. */
     idempotency_ttl_seconds: int(1, 86_400),
     /**
@@ -57,7 +62,7 @@ export const ConfigSchema = Type.Object({
     /** Where ephemeral workspaces go (default `<root>/ephemeral`); must be private to one instance when `root` is shared. */
     ephemeral_root: Type.Optional(Type.String()),
     ttl_seconds: int(1, 3600),
-    sweep_interval_seconds: int(1, 60),
+    sweep_interval_seconds: seconds(1, 60),
     max_archive_entries: int(1, 10_000),
     max_archive_bytes: int(1, 512 * 1024 * 1024),
     /** Persistent workspaces one tenant may hold. */
@@ -73,7 +78,7 @@ export const ConfigSchema = Type.Object({
   limits: section({
     max_concurrent: int(1, 16),
     max_queue: int(0, 256),
-    queue_timeout_ms: int(1, 30_000),
+    queue_timeout_ms: ms(1, 30_000),
     max_result_bytes: int(256, 65_536),
   }),
   auth: section({
@@ -95,15 +100,15 @@ export const ConfigSchema = Type.Object({
   tools: section({
     builtin: Type.Optional(Type.Array(Type.String())),
     exec_shell: section({
-      timeout_default: int(1, 30),
-      timeout_max: int(1, 300),
+      timeout_default: seconds(1, 30),
+      timeout_max: seconds(1, 300),
       denylist: Type.Optional(Type.Array(Type.String())),
     }),
     /** Long-running processes (on when `builtin` globs match the process_* tools). */
     processes: section({
       max_per_workspace: int(1, 8),
-      timeout_default: int(1, 3600),
-      timeout_max: int(1, 86_400),
+      timeout_default: seconds(1, 3600),
+      timeout_max: seconds(1, 86_400),
       /** Output kept per process (both streams, the most recent). */
       max_output_bytes: int(1024, 1024 * 1024),
       /** Ended processes kept per workspace, with their output. */
@@ -111,7 +116,7 @@ export const ConfigSchema = Type.Object({
     }),
     spawn: section({
       max_concurrent: int(1, 5),
-      timeout_default: int(1, 60),
+      timeout_default: seconds(1, 60),
     }),
     web_fetch: section({
       max_bytes: int(1, 10 * 1024 * 1024),
@@ -121,7 +126,7 @@ export const ConfigSchema = Type.Object({
       endpoint: Type.Optional(Type.String()),
     }),
     dirs: Type.Array(Type.String(), { default: [] }),
-    executable_timeout_seconds: int(1, 60),
+    executable_timeout_seconds: seconds(1, 60),
     stub: Type.Boolean({ default: false }),
     mcp_servers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9_-]+$' }), McpServerSchema, { default: {} }),
   }),
