@@ -106,6 +106,17 @@ describe('processes over REST', () => {
     expect(end).toMatchObject({ id: p.id, state: 'exited', exit_code: 2, next: 14 })
   })
 
+  it('sends an event stream\'s status and headers at once, before a quiet process writes anything', async () => {
+    const s = await server()
+    const quiet = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`)
+    const abort = new AbortController()
+    onCleanup(async () => { abort.abort() })
+    const response = await fetch(`${s.base}${procs('w')}/${quiet.id}/output`, { headers: { accept: 'text/event-stream' }, signal: AbortSignal.any([abort.signal, AbortSignal.timeout(3000)]) })
+    expect(response.status).toBe(200)
+    expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/)
+    abort.abort()
+  })
+
   it('feeds stdin to cat and closes it; input is 409 without stdin, after eof and after the end', async () => {
     const s = await server()
     const cat = await start(s, 'w', 'cat', { stdin: true })

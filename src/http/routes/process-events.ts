@@ -46,6 +46,8 @@ export async function streamOutput (request: FastifyRequest, reply: FastifyReply
   reply.hijack()
   const raw = reply.raw
   raw.writeHead(200, eventStreamHeaders(request))
+  // The status and headers go now, not with the first event: a quiet process may not write for a while.
+  raw.flushHeaders()
   const gone = new AbortController()
   raw.once('close', () => gone.abort())
   const send = async (text: string): Promise<void> => {
