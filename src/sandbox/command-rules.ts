@@ -17,9 +17,16 @@ export function deniedPattern (command: string, denylist: readonly string[]): st
   return denylist.find((pattern) => pattern !== '' && lower.includes(pattern.toLowerCase()))
 }
 
-/** Refuses what no process can take as an argument: a NUL byte ends a C string. */
+/** The longest single argument Linux passes to a program (MAX_ARG_STRLEN, 32 pages), its final NUL included. */
+const MAX_ARGUMENT_BYTES = 128 * 1024
+
+/** Refuses what no process can take as an argument: a NUL byte ends a C string, and one argument has a size limit. */
 export function checkArgv (values: readonly string[], what: string): void {
   if (values.some((value) => value.includes('\0'))) throw new ToolError('InvalidArgs', `${what} must not contain NUL bytes`)
+  const longest = Math.max(0, ...values.map((value) => Buffer.byteLength(value)))
+  if (longest >= MAX_ARGUMENT_BYTES) {
+    throw new ToolError('InvalidArgs', `${what}: one argument is ${longest} bytes, and at most ${MAX_ARGUMENT_BYTES - 1} fit; write a long script to a file and run that`)
+  }
 }
 
 /** Refuses a shell command that cannot run (a NUL byte) or that the denylist names (PermissionDenied). */

@@ -46,7 +46,8 @@ describe('workspaces', () => {
     const app = await buildTestApp()
     expectProblem(await request(app, 'POST', '/v1/workspaces', { id }), 400, 'InvalidArgs')
     expectProblem(await exec(app, 'write_file', { path: 'probe.txt', content: 'x' }, { workspace: id }), 400, 'InvalidArgs', 'write_file')
-    expect(await readdir(path.join(app.runtime.workspaces.root))).toEqual(['ephemeral'])
+    expect((await readdir(path.join(app.runtime.workspaces.root))).sort()).toEqual(['ephemeral', 'tenants'])
+    expect(await readdir(path.join(app.runtime.workspaces.root, 'tenants'))).toEqual([])
   })
 
   it('treats an expired workspace as gone at once, before any sweep', async () => {

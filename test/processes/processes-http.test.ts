@@ -106,6 +106,19 @@ describe('processes over REST', () => {
     expect(end).toMatchObject({ id: p.id, state: 'exited', exit_code: 2, next: 14 })
   })
 
+  it('takes kill, input and a workspace creation with no body at all (curl -X POST), as with an empty JSON one', async () => {
+    const s = await server()
+    const p = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`, { stdin: true })
+    const bare = (path: string) => fetch(s.base + path, { method: 'POST' }).then(async (response) => ({ status: response.status, body: await response.json() as Json }))
+    expect((await bare(`${procs('w')}/${p.id}/input`)).body).toMatchObject({ id: p.id, state: 'running' })
+    expect((await bare(`${procs('w')}/${p.id}/kill`)).body).toMatchObject({ id: p.id, state: 'killed', signal: 'TERM' })
+    expect((await bare('/v1/workspaces')).status).toBe(201)
+    // A body that is there must still be JSON.
+    const text = await fetch(s.base + '/v1/workspaces', { method: 'POST', body: 'id=x', headers: { 'content-type': 'text/plain' } })
+    expect(text.status).toBeGreaterThanOrEqual(400)
+    expect(text.status).toBeLessThan(500)
+  })
+
   it('sends an event stream\'s status and headers at once, before a quiet process writes anything', async () => {
     const s = await server()
     const quiet = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`)

@@ -60,6 +60,16 @@ describe('exec_shell', () => {
     expect((await exec(app, 'exec_shell', { command: 'kill -9 $$' })).body.result.exit_code).toBe(-1)
   })
 
+  it('refuses a command longer than one argument may be (400), here and as a process; a long one that fits runs', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    const fits = `echo fits #${'x'.repeat(120 * 1024)}`
+    expect((await exec(app, 'exec_shell', { command: fits })).body.result).toMatchObject({ exit_code: 0, stdout: 'fits\n' })
+    const tooLong = `echo no #${'x'.repeat(200 * 1024)}`
+    expect((await exec(app, 'exec_shell', { command: tooLong })).body).toMatchObject({ code: 'InvalidArgs', detail: expect.stringMatching(/at most 131071 fit/) })
+    const started = await app.inject({ method: 'POST', url: '/v1/workspaces/long/processes', payload: { command: tooLong } })
+    expect([started.statusCode, started.json().code]).toEqual([400, 'InvalidArgs'])
+  })
+
   it('runs sh -c in the workspace', async () => {
     const app = await buildTestApp()
     const answer = await exec(app, 'exec_shell', { command: 'echo x > made.txt; pwd; ls' }, { workspace: 'shell-cwd' })
@@ -195,12 +205,12 @@ describe('exec_shell', () => {
     expect(await deadSoon(child)).toBe(true)
   })
 
-  it('refuses bad arguments as InvalidArgs; a command too long to start is ExecutionFailed', async () => {
+  it('refuses bad arguments as InvalidArgs, a command too long for one argument too', async () => {
     const app = await buildTestApp()
     expectProblem(await exec(app, 'exec_shell', { command: 'true', timeout: 0 }), 400, 'InvalidArgs', 'exec_shell')
     expectProblem(await exec(app, 'exec_shell', { command: 'true', timeout: '5' }), 400, 'InvalidArgs', 'exec_shell')
     expectProblem(await exec(app, 'exec_shell', {}), 400, 'InvalidArgs', 'exec_shell')
     expectProblem(await exec(app, 'exec_shell', { command: 'echo a\u0000b' }), 400, 'InvalidArgs', 'exec_shell')
-    expectProblem(await exec(app, 'exec_shell', { command: `echo ${'x'.repeat(200_000)}` }), 500, 'ExecutionFailed', 'exec_shell')
+    expectProblem(await exec(app, 'exec_shell', { command: `echo ${'x'.repeat(200_000)}` }), 400, 'InvalidArgs', 'exec_shell')
   })
 })

@@ -54,12 +54,14 @@ describe('spawn', () => {
     expectProblem(await exec(app, 'spawn', { command: 'echo', args: [1, 2] }), 400, 'InvalidArgs', 'spawn')
   })
 
-  it('refuses NUL bytes as InvalidArgs, and answers ExecutionFailed for a process that cannot start', async () => {
+  it('refuses NUL bytes and an argument over the kernel\'s limit as InvalidArgs, and answers ExecutionFailed for a process that cannot start', async () => {
     const app = await buildTestApp()
     expectProblem(await exec(app, 'spawn', { command: 'echo', args: ['a\u0000b'] }), 400, 'InvalidArgs', 'spawn')
     expectProblem(await exec(app, 'spawn', { command: 'ec\u0000ho' }), 400, 'InvalidArgs', 'spawn')
-    // One argument beyond the kernel's 128 KiB per-argument limit: execve fails with E2BIG.
-    const body = expectProblem(await exec(app, 'spawn', { command: 'echo', args: ['x'.repeat(200_000)] }), 500, 'ExecutionFailed', 'spawn')
+    // One argument beyond the kernel's 128 KiB per-argument limit.
+    expectProblem(await exec(app, 'spawn', { command: 'echo', args: ['x'.repeat(200_000)] }), 400, 'InvalidArgs', 'spawn')
+    // Arguments that each fit but together pass the kernel's limit for them all: execve fails with E2BIG.
+    const body = expectProblem(await exec(app, 'spawn', { command: 'echo', args: Array.from({ length: 24 }, () => 'x'.repeat(120_000)) }), 500, 'ExecutionFailed', 'spawn')
     expect(body['detail']).toMatch(/could not start.*E2BIG/)
   })
 

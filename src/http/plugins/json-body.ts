@@ -14,7 +14,8 @@ const BODILESS_METHODS = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS'])
 /**
  * Installs the JSON parser on `app` (and the plugins it registers later);
  * `emptyBody` is what an empty body of a method that has one means
- * (undefined: it is refused).
+ * (undefined: it is refused), whether it came as empty JSON or as no body
+ * at all (`curl -X POST` sends no Content-Type).
  */
 export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown): void {
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json')
@@ -28,6 +29,13 @@ export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown
     } catch (error) {
       done(error as Error, undefined)
     }
+  })
+  if (!emptyBody) return
+  app.addHook('preValidation', (request, _reply, done) => {
+    const { headers } = request
+    const noBody = headers['transfer-encoding'] === undefined && (headers['content-length'] === undefined || headers['content-length'] === '0')
+    if (request.body === undefined && noBody && !BODILESS_METHODS.has(request.method)) request.body = emptyBody()
+    done()
   })
 }
 
