@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
-import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js'
+import { CallToolRequestSchema, ListToolsRequestSchema, type RequestId } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { execute } from '../execution/execute.ts'
 import type { NameMatcher } from '../execution/globs.ts'
@@ -77,7 +77,7 @@ export class McpSessions {
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
     const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant, undefined, { keepsProcesses: true })
     const calls = { running: 0 }
-    const server = this.#server(principal, workspace, allowed, calls)
+    const server = this.#server(principal, workspace, allowed, calls, (requestId) => { transport.closeSSEStream(requestId) })
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
@@ -103,7 +103,8 @@ export class McpSessions {
     await Promise.allSettled(all.map((session) => session.transport.close()))
   }
 
-  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined, calls: McpSession['calls']): Server {
+  /** The session's server; `endStream` closes the HTTP stream a request's answer was to go out on. */
+  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined, calls: McpSession['calls'], endStream: (requestId: RequestId) => void): Server {
     const server = new Server({ name: 'toolport', version: VERSION }, { capabilities: { tools: { listChanged: false } } })
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
       tools: this.#runtime.registry.list({ scope: principal.scope, allowed }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
@@ -118,11 +119,16 @@ export class McpSessions {
         signal: extra.signal,
       }
       const stopProgress = reportProgress(request.params._meta?.progressToken, extra)
+      // A cancelled call is answered with nothing (as MCP says), so the stream of its POST, which
+      // waits for that answer, would stay open for good (and hold a shutdown's drain): it ends here.
+      const cancelled = (): void => { endStream(extra.requestId) }
+      extra.signal.addEventListener('abort', cancelled, { once: true })
       calls.running++
       try {
         return toCallToolResult(await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace))
       } finally {
         calls.running--
+        extra.signal.removeEventListener('abort', cancelled)
         stopProgress()
       }
     })

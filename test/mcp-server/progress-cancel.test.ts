@@ -46,8 +46,10 @@ describe('/mcp progress and cancellation', () => {
     expect(notifications).toEqual([])
   })
 
-  it('a cancelled call has its process killed within 2 s and answers nothing', { timeout: 30_000 }, async () => {
-    const client = await connect(await buildTestApp())
+  it('a cancelled call has its process killed within 2 s, answers nothing and ends its POST\'s stream', { timeout: 30_000 }, async () => {
+    const app = await buildTestApp()
+    const client = await connect(app)
+    const idle = app.runtime.activeRequests
     const errors: Error[] = []
     client.onerror = (error) => { errors.push(error) }
     const cancel = new AbortController()
@@ -68,6 +70,8 @@ describe('/mcp progress and cancellation', () => {
     expect(await eventually(async () => !(await alive(pid)), 2000)).toBe(true)
     const outcome = await settled
     expect(outcome).not.toBe('answered')
+    // The stream that waited for its answer is closed: nothing holds a shutdown's drain.
+    expect(await eventually(() => app.runtime.activeRequests === idle, 2000)).toBe(true)
     // The session goes on; a response for the cancelled request would have been reported as unknown.
     expect((await client.callTool({ name: 'exec_shell', arguments: { command: 'echo after' } })).isError).toBeFalsy()
     expect(errors).toEqual([])
