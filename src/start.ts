@@ -9,6 +9,7 @@ import type { Logger } from 'pino'
 import { buildApp } from './app.ts'
 import { type Config, ConfigError, defaultConfig, loadConfigFile, parseConfig, withTokensFile } from './config.ts'
 import { createLogger } from './logger.ts'
+import { closeInheritedDescriptors } from './sandbox/inherited-descriptors.ts'
 import { tracingOptionsFrom } from './telemetry/options.ts'
 import type { Tracing, TracingOptions } from './telemetry/tracing.ts'
 
@@ -89,6 +90,10 @@ async function main (): Promise<void> {
   }
   const { config, file } = loaded
   const log = createLogger(config)
+  // Kept: the channel to a parent Node.js process that started this one with an IPC channel.
+  const ipc = Number(process.env['NODE_CHANNEL_FD'])
+  const inherited = closeInheritedDescriptors(Number.isInteger(ipc) ? [ipc] : [])
+  if (inherited > 0) log.warn({ descriptors: inherited }, 'closed descriptors inherited from the parent process: every command started would have had them')
   try {
     checkExposure(config, log)
   } catch (error) {

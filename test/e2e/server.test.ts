@@ -1,7 +1,9 @@
 /** The built server, started as a user would: `node dist/bundle/server.js` with env and a config file. */
-import { readdirSync, readFileSync } from 'node:fs'
+import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs'
+import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { startServer, waitReady } from '../support/server-process.ts'
+import { tempDir } from '../support/temp.ts'
 
 const post = (base: string, url: string, body: unknown, signal?: AbortSignal) =>
   fetch(`${base}${url}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal })
@@ -24,6 +26,22 @@ describe('the built server', () => {
     const response = await post(server.base, '/v1/tools/exec_shell/execute', { arguments: { command: 'echo e2e' } })
     expect(await response.json()).toMatchObject({ tool: 'exec_shell', result: { exit_code: 0, stdout: 'e2e\n' } })
   })
+
+  for (const mode of ['none', 'bwrap'] as const) {
+    it(`passes no descriptor it inherited on to a command (sandbox ${mode})`, async () => {
+      const outside = path.join(await tempDir(), 'host-file')
+      const leaked = openSync(outside, 'a')
+      // Node.js itself marks its first descriptors close-on-exec at start; a high one (a shell's `exec 200>>file`) it leaves.
+      const server = await startServer({ sandbox: { mode } }, {}, { 200: leaked })
+      closeSync(leaked)
+      await waitReady(server)
+      const response = await post(server.base, '/v1/tools/exec_shell/execute', { arguments: { command: 'ls /proc/self/fd' } })
+      const { result } = await response.json() as { result: { stdout: string } }
+      // Only stdio, and the descriptor ls reads /proc/self/fd through.
+      expect(result.stdout.trim().split('\n').map(Number).filter((fd) => fd > 3)).toEqual([])
+      expect(server.output()).toContain('closed descriptors inherited from the parent process')
+    })
+  }
 
   it('writes buffered log lines within a flush period while idle, and the rest at exit', async () => {
     const server = await startServer({ sandbox: { mode: 'none' } })

@@ -26,8 +26,11 @@ export interface RunningServer {
   exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
 }
 
-/** Starts `node dist/bundle/server.js` with a config file (object → JSON), HOST and PORT (`env.PORT`, or a free one). */
-export async function startServer (config: Record<string, unknown> | null, env: Record<string, string> = {}): Promise<RunningServer> {
+/**
+ * Starts `node dist/bundle/server.js` with a config file (object → JSON), HOST and PORT (`env.PORT`, or a
+ * free one); `inherit` maps descriptors of the server to this process's, beyond stdio (a parent that leaks some).
+ */
+export async function startServer (config: Record<string, unknown> | null, env: Record<string, string> = {}, inherit: Record<number, number> = {}): Promise<RunningServer> {
   const dir = await tempDir('toolport-e2e-')
   const port = env['PORT'] === undefined ? await freePort() : Number(env['PORT'])
   const file = path.join(dir, 'toolport.json')
@@ -36,7 +39,7 @@ export async function startServer (config: Record<string, unknown> | null, env: 
   let output = ''
   const child = spawn(process.execPath, [SERVER_ENTRY], {
     env: { PATH: process.env['PATH'] ?? '', HOST: '127.0.0.1', PORT: String(port), ...(fullConfig ? { TOOLPORT_CONFIG: file } : {}), ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', ...Array.from({ length: Math.max(2, ...Object.keys(inherit).map(Number)) - 2 }, (_, i) => inherit[i + 3] ?? 'ignore')],
   })
   child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
   child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
