@@ -212,6 +212,12 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
       report.skipped.push({ path: rel, reason: 'would leave the workspace through an existing link' })
       continue
     }
+    // A link already in the workspace may put this entry elsewhere than its staged place (`a → .` puts
+    // `a/a/l` at `l`): a link's target is checked again from where it lands.
+    if (info.isSymbolicLink() && !await linkLandsInside(target.absolute, await readlink(source), workspaceDir)) {
+      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace from where an existing link puts it' })
+      continue
+    }
     const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target.absolute)
     const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
     try {
@@ -232,6 +238,11 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
     }
     if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
   }
+}
+
+/** Whether a link made at `link` with `target` stays in `root`: by its words, and followed through the links there. */
+async function linkLandsInside (link: string, target: string, root: string): Promise<boolean> {
+  return !path.isAbsolute(target) && isInside(root, path.resolve(path.dirname(link), target)) && await linkStaysInside(link, target, root)
 }
 
 /**

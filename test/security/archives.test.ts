@@ -10,7 +10,7 @@
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { createReadStream, existsSync } from 'node:fs'
-import { mkdir, readdir, readFile, readlink, writeFile } from 'node:fs/promises'
+import { lstat, mkdir, readdir, readFile, readlink, writeFile } from 'node:fs/promises'
 import http from 'node:http'
 import net from 'node:net'
 import path from 'node:path'
@@ -312,6 +312,27 @@ describe('what the review of the hardening found', () => {
     const dir = path.join(app.runtime.workspaces.root, 'tenants', 'default', 'ws', 'links')
     expect(existsSync(path.join(dir, 't'))).toBe(false)
     expect(await readlink(path.join(dir, 'ok'))).toBe('kept')
+  })
+
+  it('checks an uploaded link again where a link already in the workspace puts it (`a → .` puts `a/a/…/l` at `l`)', async () => {
+    const app = await buildTestApp()
+    const put = async (entries: Parameters<typeof tarOf>[0]) => {
+      const response = await requestAs(app, null, 'PUT', '/v1/workspaces/relinked/archive', tarOf(entries), { 'content-type': 'application/gzip' })
+      expect(response.status, JSON.stringify(response.body)).toBe(200)
+      return response.body as { symlinks: number, skipped: Array<{ path: string }> }
+    }
+    expect((await put([{ name: 'a', type: 'symlink', linkname: '.' }])).symlinks).toBe(1)
+    const deep = Array.from({ length: 12 }, () => 'a').join('/')
+    const report = await put([
+      { name: `${deep}/l`, type: 'symlink', linkname: `${'../'.repeat(12)}etc/passwd` },
+      { name: 'a/m', type: 'symlink', linkname: '../x' },
+      { name: 'a/n', type: 'symlink', linkname: 'plain.txt' },
+    ])
+    expect(report.skipped.map((entry) => entry.path).sort()).toEqual([`${deep}/l`, 'a/m'])
+    const dir = path.join(app.runtime.workspaces.root, 'tenants', 'default', 'ws', 'relinked')
+    // lstat: a link that is there counts, wherever it leads.
+    for (const name of ['l', 'm']) expect(await lstat(path.join(dir, name)).catch(() => null), name).toBeNull()
+    expect(await readlink(path.join(dir, 'n'))).toBe('plain.txt')
   })
 
   it('removes uploads a crash left staged, once they are an hour old, and leaves newer ones', async () => {
