@@ -231,11 +231,15 @@ export class Runtime implements ExecutionServices {
   }
 
   /**
-   * Graceful stop, part one: refuse new calls and wait (at most `timeoutMs`)
-   * for the running ones to finish. `close` then cancels whatever is left.
+   * Graceful stop, part one: refuse new calls, stop the processes, and wait
+   * (at most `timeoutMs`) for the running calls to finish. `close` then
+   * cancels whatever is left.
    */
   async drain (timeoutMs: number): Promise<void> {
     this.beginDrain()
+    // The processes stop now, as they would at the end: who follows their output gets their end
+    // (a stream's `end` event, a long-poll's answer) instead of a connection cut when the service exits.
+    void this.processes.stopAll('TERM')
     const deadline = Date.now() + timeoutMs
     while ((this.limiter.inFlight > 0 || this.activeRequests > 0) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25))
   }

@@ -15,7 +15,7 @@ import type { ProcessRunner } from '../sandbox/types.ts'
 import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
-import { ManagedProcess } from './managed-process.ts'
+import { type KillSignal, ManagedProcess } from './managed-process.ts'
 import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
 import type { ProcessRecords } from './process-records.ts'
@@ -177,10 +177,15 @@ export class ProcessTable {
     await Promise.all([...table.values()].map((each) => each.kill('KILL')))
   }
 
+  /** Stops every process with `signal` (KILL 2 s later if need be): the service is stopping, and none starts after. */
+  async stopAll (signal: KillSignal): Promise<void> {
+    this.#closed = true
+    await Promise.all([...this.#all()].map((each) => each.kill(signal)))
+  }
+
   /** Kills every process (service shutdown); none starts after. */
   async close (): Promise<void> {
-    this.#closed = true
-    await Promise.all([...this.#all()].map((each) => each.kill('KILL')))
+    await this.stopAll('KILL')
     await this.#outputSockets.close()
     process.removeListener('exit', this.#killAllAtExit)
   }

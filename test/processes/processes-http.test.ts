@@ -119,6 +119,22 @@ describe('processes over REST', () => {
     expect(text.status).toBeLessThan(500)
   })
 
+  it('stops the processes when the service drains: a stream gets its end event and a long-poll its answer', async () => {
+    const s = await server()
+    const p = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`)
+    const stream = fetch(`${s.base}${procs('w')}/${p.id}/output`, { headers: { accept: 'text/event-stream' } }).then((response) => response.text())
+    const poll = s.call('GET', `${procs('w')}/${p.id}/output?after=999999&wait_ms=30000`)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const drained = s.app.runtime.drain(60_000)
+    const ended = (await poll).body['process']
+    expect(ended).toMatchObject({ id: p.id, state: 'killed', signal: 'TERM' })
+    expect(await stream).toMatch(/event: end\ndata: .*"state":"killed"/)
+    // Nothing else is under way, so the drain is over once they have their answers.
+    await drained
+    expect(s.app.runtime.activeRequests).toBe(0)
+    expect((await s.call('POST', procs('w'), { command: 'true' })).body).toMatchObject({ code: 'Overloaded' })
+  })
+
   it('sends an event stream\'s status and headers at once, before a quiet process writes anything', async () => {
     const s = await server()
     const quiet = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`)
