@@ -68,6 +68,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       headersTimeout: Math.min(60_000, config.server.request_timeout_ms),
       // Node looks for overdue requests on this interval (30 s by default, longer than a short timeout).
       connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(config.server.request_timeout_ms / 4))),
+      // Node would answer a missing Host with a bare 400 of its own; the onRequest hook answers it as a problem.
+      requireHostHeader: false,
     },
     clientErrorHandler: answerClientError,
     // A URL the router cannot decode (`/v1/workspaces/%FF`) is a problem like any other.
@@ -103,6 +105,10 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // Only a path: an absolute URL (`GET http://host/v1/…`) is routed by its path, but nothing may treat it as one.
     if (!request.url.startsWith('/')) {
       done(new ToolError('BadRequest', 'the request target must be a path, not an absolute URL'))
+      return
+    }
+    if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
+      done(new ToolError('BadRequest', 'an HTTP/1.1 request must have a Host header'))
       return
     }
     // Count the answers a drain must wait for; an MCP event stream stays open for good and is not one.

@@ -42,6 +42,15 @@ describe('client errors', () => {
     expect(answer.body).toMatchObject({ status: 400, code: 'BadRequest', detail: expect.stringContaining('larger'), request_id: expect.any(String) })
   })
 
+  it('answers an HTTP/1.1 request without a Host header with a 400 problem; HTTP/1.0 needs none', async () => {
+    const port = await listening()
+    const answer = problemOf(await rawExchange(port, 'GET /v1/tools HTTP/1.1\r\nConnection: close\r\n\r\n'))
+    expect(answer.status).toBe('HTTP/1.1 400 Bad Request')
+    expect(answer.headers).toContain('content-type: application/problem+json')
+    expect(answer.body).toMatchObject({ code: 'BadRequest', detail: expect.stringContaining('Host') })
+    expect(problemOf(await rawExchange(port, 'GET /healthz HTTP/1.0\r\n\r\n')).status).toBe('HTTP/1.1 200 OK')
+  })
+
   it('answers bytes that are not HTTP with a 400 problem', async () => {
     const port = await listening()
     const answer = problemOf(await rawExchange(port, '\u0000\u0001garbage that is not http\r\n\r\n'))
