@@ -29,8 +29,6 @@ const SMALLEST_ENTRY_BYTES = 38
 /** Entries measured at once. */
 const LSTATS_AT_ONCE = 64
 
-const byName = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
-
 export const listDirectoryTool = defineBuiltin({
   name: 'list_directory',
   description: 'List the immediate children of a directory in the workspace, sorted by name, with is_dir and size.',
@@ -59,7 +57,7 @@ export const listDirectoryTool = defineBuiltin({
       // No more entries than this can ever fit the result limit.
       const room = Math.max(1, Math.floor(ctx.maxResultBytes / SMALLEST_ENTRY_BYTES))
       const { names, total } = await firstNames(dir.at(''), room)
-      const entries = fitting(await measured(names, dir.at), total, ctx.maxResultBytes)
+      const entries = fitting(await measured(names, dir.at('')), total, ctx.maxResultBytes)
       if (entries.length === total) return { entries }
       ctx.markTruncated?.()
       return { entries, truncated: true as const, total_entries: total }
@@ -71,25 +69,29 @@ export const listDirectoryTool = defineBuiltin({
   },
 })
 
-/** The first `count` names of the directory in name order, and how many it holds; at most twice `count` names held at once. */
-async function firstNames (directory: string, count: number): Promise<{ names: string[], total: number }> {
-  let names: string[] = []
+/**
+ * The first `count` names of the directory in name order (of their bytes), and how many it holds; at most
+ * twice `count` names held at once. Read as bytes: a name that is not UTF-8 is reached too (and shown with U+FFFD).
+ */
+async function firstNames (directory: string, count: number): Promise<{ names: Buffer[], total: number }> {
+  let names: Buffer[] = []
   let total = 0
-  for await (const entry of await opendir(directory)) {
+  // Node gives the names as bytes with `encoding: 'buffer'`, which its types do not know of for opendir.
+  for await (const entry of await opendir(directory, { encoding: 'buffer' as BufferEncoding })) {
     total++
-    names.push(entry.name)
-    if (names.length >= count * 2) names = names.sort(byName).slice(0, count)
+    names.push(entry.name as unknown as Buffer)
+    if (names.length >= count * 2) names = names.sort(Buffer.compare).slice(0, count)
   }
-  return { names: names.sort(byName).slice(0, count), total }
+  return { names: names.sort(Buffer.compare).slice(0, count), total }
 }
 
 /** lstat: a symlink is listed as itself, never as what it points to (which may be outside). */
-async function measured (names: string[], at: (name: string) => string): Promise<Entry[]> {
+async function measured (names: Buffer[], directory: string): Promise<Entry[]> {
   const entries: Entry[] = []
   for (let start = 0; start < names.length; start += LSTATS_AT_ONCE) {
     entries.push(...await Promise.all(names.slice(start, start + LSTATS_AT_ONCE).map(async (name) => {
-      const info = await lstat(at(name)).catch(() => null)
-      return { name, is_dir: info?.isDirectory() ?? false, size: info?.size ?? 0 }
+      const info = await lstat(Buffer.concat([Buffer.from(directory), name])).catch(() => null)
+      return { name: name.toString(), is_dir: info?.isDirectory() ?? false, size: info?.size ?? 0 }
     })))
   }
   return entries

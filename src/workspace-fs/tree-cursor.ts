@@ -87,6 +87,7 @@ export class TreeCursor {
    * a path of bytes: a name that is not UTF-8 is reached as it is.
    */
   at (name: string): string
+  at (name: Buffer): Buffer
   at (name: EntryName): string | Buffer
   at (name: EntryName): string | Buffer {
     return typeof name === 'string' ? `${this.here}/${name}` : Buffer.concat([Buffer.from(`${this.here}/`), name])

@@ -41,9 +41,14 @@ export function packWorkspace (workspaceDir: string, log?: Logger): Readable {
   return gzip
 }
 
-/** What is left to pack in one directory of the walk, and its name in the archive. */
+/**
+ * What is left to pack in one directory of the walk, and its name in the
+ * archive. Names are read as bytes, so that an entry whose name is not UTF-8
+ * is reached too; a tar header holds UTF-8, so in the archive its name has
+ * U+FFFD where those bytes were.
+ */
 interface Listing {
-  names: string[]
+  names: Buffer[]
   next: number
   /** With a trailing slash; '' for the workspace itself. */
   prefix: string
@@ -51,7 +56,7 @@ interface Listing {
 
 async function listingOf (cursor: TreeCursor, prefix: string): Promise<Listing> {
   // A directory that cannot be listed (gone meanwhile) adds nothing.
-  return { names: await readdir(cursor.here).catch(() => []), next: 0, prefix }
+  return { names: await readdir(cursor.here, { encoding: 'buffer' }).catch(() => []), next: 0, prefix }
 }
 
 /** The tar stream of the workspace, ending with its two zero blocks, written through `out` (and flushed). */
@@ -83,7 +88,7 @@ async function writeEntries (cursor: TreeCursor, out: TarOutput): Promise<void> 
       continue
     }
     const at = cursor.at(name)
-    const archiveName = listing.prefix + name
+    const archiveName = listing.prefix + name.toString()
     const info = await lstat(at).catch(() => undefined)
     if (info?.isFile()) await writeFileEntry(at, archiveName, out)
     else if (info?.isSymbolicLink()) await writeSymlinkEntry(at, archiveName, info, out)
@@ -96,14 +101,14 @@ async function writeEntries (cursor: TreeCursor, out: TarOutput): Promise<void> 
   }
 }
 
-async function writeSymlinkEntry (at: string, name: string, info: Stats, out: TarOutput): Promise<void> {
+async function writeSymlinkEntry (at: Buffer, name: string, info: Stats, out: TarOutput): Promise<void> {
   // readlink does not follow the link it reads; an entry no longer a link (EINVAL) or gone is left out.
   const target = await readlink(at).catch(() => undefined)
   if (target !== undefined) await out.header({ path: name, type: 'SymbolicLink', linkpath: target, mode: 0o777, mtime: info.mtime })
 }
 
 /** A regular file: its header, then exactly the size stated there, whatever the file does meanwhile. */
-async function writeFileEntry (at: string, name: string, out: TarOutput): Promise<void> {
+async function writeFileEntry (at: Buffer, name: string, out: TarOutput): Promise<void> {
   let handle: FileHandle
   try {
     handle = await open(at, READ_FLAGS)

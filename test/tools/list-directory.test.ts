@@ -34,6 +34,16 @@ describe('list_directory of 50,000 entries', () => {
     expect(result.entries[0]).toEqual({ name: 'f00000.txt', is_dir: false, size: 1 })
   })
 
+  it('lists an entry whose name is not UTF-8 as what it is, its name shown with U+FFFD', async () => {
+    const ctx = await toolContext()
+    const at = (name: string) => Buffer.concat([Buffer.from(`${ctx.workspaceDir}/`), Buffer.from(name, 'latin1')])
+    writeFileSync(at('caf\xe9.txt'), 'abc')
+    mkdirSync(at('dir\xff'))
+    expect(await listDirectoryTool.execute({ path: '.' }, ctx)).toEqual({
+      entries: [{ name: 'caf\uFFFD.txt', is_dir: false, size: 3 }, { name: 'dir\uFFFD', is_dir: true, size: expect.any(Number) }],
+    })
+  })
+
   it('keeps to a smaller limit asked by the caller, through the app', async () => {
     const app = await buildTestApp()
     await exec(app, 'write_file', { path: 'big/.keep', content: '' }, { workspace: 'wide' })

@@ -47,4 +47,16 @@ describe('packWorkspace', () => {
     expect(await readFile(path.join(out, longName), 'utf8')).toBe('a name past the 100 bytes of a tar header')
     expect(await readlink(path.join(out, 'link'))).toBe('large.bin')
   })
+
+  it('packs entries whose names are not UTF-8, under their names with U+FFFD for those bytes', async () => {
+    const workspace = await tempDir()
+    const at = (name: string) => Buffer.concat([Buffer.from(`${workspace}/`), Buffer.from(name, 'latin1')])
+    await writeFile(at('caf\xe9.txt'), 'abc')
+    await mkdir(at('dir\xff'))
+    await writeFile(Buffer.concat([at('dir\xff'), Buffer.from('/keep.txt')]), 'kept')
+    const out = await tempDir()
+    await pipeline(packWorkspace(workspace), extract({ cwd: out }))
+    expect(await readFile(path.join(out, 'caf\uFFFD.txt'), 'utf8')).toBe('abc')
+    expect(await readFile(path.join(out, 'dir\uFFFD', 'keep.txt'), 'utf8')).toBe('kept')
+  })
 })
