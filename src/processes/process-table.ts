@@ -46,16 +46,9 @@ export interface ProcessTableOptions {
   self: { url: string | null, instance: string }
 }
 
-/** A start between its checks and its process: cancelled when the workspace is removed meanwhile. */
-interface StartUnderWay {
-  cancelled: boolean
-}
-
 export class ProcessTable {
   readonly #options: ProcessTableOptions
   readonly #byWorkspace = new Map<string, Map<string, ManagedProcess>>()
-  /** Starts under way per workspace: they count against max_per_workspace before they run, and a removal of the workspace cancels them. */
-  readonly #starting = new Map<string, Set<StartUnderWay>>()
   readonly #outputSockets: OutputSockets
   #closed = false
 
@@ -69,59 +62,55 @@ export class ProcessTable {
     process.once('exit', this.#killAllAtExit)
   }
 
-  /** Starts `request.command` in the workspace (a persistent one is made on first use, as any call does). */
+  /**
+   * Starts `request.command` in the workspace (a persistent one is made on first use, as any call
+   * does). A start and a removal of the workspace take turns (`withoutRemoval`): a removal either
+   * comes first, and the start makes the workspace anew, or after, and finds the process to kill.
+   */
   async start (place: ProcessPlace, request: StartRequest): Promise<ManagedProcess> {
     const { config, denylist, store } = this.#options
     checkShellCommand(request.command, denylist)
     if (this.#closed) throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
-    const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id)
-    const dir = lease?.dir ?? place.dir
+    const dir = place.id === null ? place.dir : store.dirOf(place.tenant, place.id)
     if (dir === undefined) throw new Error('a process needs a workspace directory')
-    const starting = this.#starting.get(dir) ?? new Set<StartUnderWay>()
-    try {
-      if (this.#running(dir) + starting.size >= config.max_per_workspace) {
+    return store.withoutRemoval(dir, async () => {
+      if (this.#running(dir) >= config.max_per_workspace) {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
-      const underWay: StartUnderWay = { cancelled: false }
-      this.#starting.set(dir, starting.add(underWay))
-      let started: ManagedProcess | undefined
-      let parts
+      const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id)
       try {
-        parts = await this.#prepare(place, dir, request, underWay, (stream, bytes) => started?.received(stream, bytes))
-      } finally {
-        starting.delete(underWay)
-        if (starting.size === 0 && this.#starting.get(dir) === starting) this.#starting.delete(dir)
-      }
-      // From here to the table, nothing awaits: a removal of the workspace either cancelled this start or finds its process.
-      const endChange = usageOf(dir).beginChange()
-      try {
-        started = new ManagedProcess({
-          ...parts.process,
-          command: request.command,
-          stdin: request.stdin === true,
-          timeoutMs: effectiveTimeout(request.timeout, config) * 1000,
-          maxOutputBytes: config.max_output_bytes,
-          onEnd: () => {
-            endChange({ rescan: place.id !== null })
-            void lease?.release()
-            // The record says it ended (no call need go to this instance for its network any more), then the oldest go.
-            const { record } = parts
-            const recorded = record ? this.#options.records.write(record.tenant, { ...record.record, ended_at: new Date().toISOString() }, { update: true }).catch(() => {}) : Promise.resolve()
-            void recorded.then(() => this.#evictEnded(dir, place))
-          },
-        })
+        let started: ManagedProcess | undefined
+        const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes))
+        const endChange = usageOf(dir).beginChange()
+        try {
+          started = new ManagedProcess({
+            ...parts.process,
+            command: request.command,
+            stdin: request.stdin === true,
+            timeoutMs: effectiveTimeout(request.timeout, config) * 1000,
+            maxOutputBytes: config.max_output_bytes,
+            onEnd: () => {
+              endChange({ rescan: place.id !== null })
+              void lease?.release()
+              // The record says it ended (no call need go to this instance for its network any more), then the oldest go.
+              const { record } = parts
+              const recorded = record ? this.#options.records.write(record.tenant, { ...record.record, ended_at: new Date().toISOString() }, { update: true }).catch(() => {}) : Promise.resolve()
+              void recorded.then(() => this.#evictEnded(dir, place))
+            },
+          })
+        } catch (error) {
+          endChange({ rescan: false })
+          if (place.id !== null) await this.#options.records.remove(place.tenant, place.id, parts.process.id).catch(() => {})
+          throw error
+        }
+        const table = this.#byWorkspace.get(dir) ?? new Map<string, ManagedProcess>()
+        this.#byWorkspace.set(dir, table.set(started.id, started))
+        return started
       } catch (error) {
-        endChange({ rescan: false })
-        if (place.id !== null) await this.#options.records.remove(place.tenant, place.id, parts.process.id).catch(() => {})
+        await lease?.release()
         throw error
       }
-      const table = this.#byWorkspace.get(dir) ?? new Map<string, ManagedProcess>()
-      this.#byWorkspace.set(dir, table.set(started.id, started))
-      return started
-    } catch (error) {
-      await lease?.release()
-      throw error
-    }
+    })
   }
 
   /**
@@ -130,7 +119,7 @@ export class ProcessTable {
    * other instances where the process runs, written before the start is
    * answered. What was made goes again when any part fails.
    */
-  async #prepare (place: ProcessPlace, dir: string, request: StartRequest, underWay: StartUnderWay, received: (stream: StreamName, bytes: Buffer) => void) {
+  async #prepare (place: ProcessPlace, dir: string, request: StartRequest, received: (stream: StreamName, bytes: Buffer) => void) {
     const { records, runner, self } = this.#options
     const id = `p_${randomBytes(6).toString('hex')}`
     const startedAt = new Date()
@@ -145,8 +134,7 @@ export class ProcessTable {
       import('execa'),
       record && this.#options.records.write(record.tenant, record.record),
     ])
-    const prepared = launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled'
-    if (prepared && !underWay.cancelled) {
+    if (launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled') {
       return { record, process: { id, workspace: place.id, startedAt, launch: launch.value, output: { stdout: stdout.value, stderr: stderr.value }, execa: execa.value.execa } }
     }
     if (launch.status === 'fulfilled') launch.value.release()
@@ -154,7 +142,6 @@ export class ProcessTable {
       if (pair.status === 'fulfilled') for (const end of [pair.value.reader, pair.value.writer]) end.destroy()
     }
     if (record && recorded.status === 'fulfilled') await records.remove(record.tenant, record.workspace, id).catch(() => {})
-    if (underWay.cancelled) throw new ToolError('NotFound', 'the workspace was removed while the process was starting')
     throw [launch, stdout, stderr, execa, recorded].find((part) => part.status === 'rejected')?.reason
   }
 
@@ -168,9 +155,8 @@ export class ProcessTable {
     return [...this.#byWorkspace.get(dir)?.values() ?? []]
   }
 
-  /** Kills a workspace's processes (it is being removed) and forgets them; its starts under way start nothing. */
+  /** Kills a workspace's processes (it is being removed) and forgets them. */
   async endWorkspace (dir: string): Promise<void> {
-    for (const underWay of this.#starting.get(dir) ?? []) underWay.cancelled = true
     const table = this.#byWorkspace.get(dir)
     if (!table) return
     this.#byWorkspace.delete(dir)

@@ -106,8 +106,8 @@ export class WorkspaceLayout {
   async remove (tenant: string, id: string): Promise<void> {
     await moveToTrash(this.workspaceDir(tenant, id), this.trashDir)
     await rm(this.metaFile(tenant, id), { force: true })
-    // A process starting meanwhile may write its record into the directory being removed (its
-    // start is then cancelled and removes the record): rm retries what a new entry made fail.
+    // A process another instance starts meanwhile may write its record into the directory being
+    // removed: rm retries what a new entry made fail.
     await rm(this.processesDir(tenant, id), { recursive: true, force: true, maxRetries: 3 })
   }
 

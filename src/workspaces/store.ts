@@ -30,6 +30,7 @@ import { chmod, mkdir, realpath, stat } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
+import { runExclusively } from '../workspace-fs/keyed-mutex.ts'
 import { CachedWorkspaces, type CachedWorkspace } from './cached-workspaces.ts'
 import { ClaimedElsewhere, materialise } from './creation.ts'
 import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
@@ -220,9 +221,20 @@ export class WorkspaceStore {
   }
 
   async delete (tenant: string, id: string): Promise<void> {
-    await this.find(tenant, id)
-    this.#cache.delete(tenant, id)
-    await this.#remove(tenant, id)
+    await this.withoutRemoval(this.dirOf(tenant, id), async () => {
+      await this.find(tenant, id)
+      this.#cache.delete(tenant, id)
+      await this.#remove(tenant, id)
+    })
+  }
+
+  /**
+   * Runs `task` while the workspace at `dir` is not being deleted (or, an
+   * ephemeral one, released), and holds its removal back until `task` is
+   * done: a process start and a removal take turns.
+   */
+  async withoutRemoval<T> (dir: string, task: () => Promise<T>): Promise<T> {
+    return runExclusively(`${dir}\u0000removal`, task)
   }
 
   /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
@@ -231,6 +243,12 @@ export class WorkspaceStore {
     await this.#layout.remove(tenant, id)
     forgetUsage(this.#layout.workspaceDir(tenant, id))
     void this.#trash?.empty()
+  }
+
+  /** The directory a workspace of `tenant` has (or would have), without touching the disk. */
+  dirOf (tenant: string, id: string): string {
+    validateWorkspaceId(id)
+    return this.#layout.workspaceDir(tenant, id)
   }
 
   /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
@@ -245,7 +263,7 @@ export class WorkspaceStore {
   async ephemeral (): Promise<WorkspaceLease> {
     const lease = await this.#ephemeral.lease()
     if (this.#removalListeners.length === 0) return lease
-    return { ...lease, release: async () => { await this.#beforeRemoval(lease.dir); await lease.release() } }
+    return { ...lease, release: () => this.withoutRemoval(lease.dir, async () => { await this.#beforeRemoval(lease.dir); await lease.release() }) }
   }
 
   /**

@@ -233,35 +233,41 @@ describe('processes over REST', () => {
     expect(await survivorsWith(`sleep ${mark}`, 3000)).toHaveLength(1)
   })
 
-  it('starts nothing in a workspace removed while its process was starting: the start is 404 and no process outlives the workspace', async () => {
-    const s = await server()
-    expect((await s.call('POST', '/v1/workspaces', { id: 'doomed' })).status).toBe(201)
-    // The start is held inside its preparation (the sandbox's launch) until the workspace is gone.
-    const runner = s.app.runtime.runner
-    const prepare = runner.prepare.bind(runner)
-    let entered!: () => void
-    const preparing = new Promise<void>((resolve) => { entered = resolve })
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => { release = resolve })
-    runner.prepare = async (options) => { entered(); await gate; return prepare(options) }
-    const mark = uniqueSleepSeconds()
-    const starting = s.call('POST', procs('doomed'), { command: `sleep ${mark}` })
-    await preparing
-    // While the start is held, its record is written to the directory the removal empties.
-    expect((await s.call('DELETE', '/v1/workspaces/doomed')).status).toBe(204)
-    release()
-    const answer = await starting
-    expect(answer.status, JSON.stringify(answer.body)).toBe(404)
-    expect(answer.body).toMatchObject({ code: 'NotFound' })
-    expect(await survivorsWith(`sleep ${mark}`, 1000)).toEqual([])
-    runner.prepare = prepare
-    // The id made again is a new workspace: none of the old one's processes, and room for its own.
-    expect((await s.call('POST', '/v1/workspaces', { id: 'doomed' })).status).toBe(201)
-    expect((await s.call('GET', procs('doomed'))).body).toMatchObject({ processes: [] })
-    await start(s, 'doomed', `sleep ${mark}`)
-    expect((await s.call('DELETE', '/v1/workspaces/doomed')).status).toBe(204)
-    expect(await survivorsWith(`sleep ${mark}`, 3000)).toEqual([])
-  })
+  for (const held of ['holding its workspace', 'preparing its sandbox'] as const) {
+    it(`takes turns with a removal of the workspace while a process start is ${held}: no process outlives the workspace`, async () => {
+      const s = await server()
+      expect((await s.call('POST', '/v1/workspaces', { id: 'doomed' })).status).toBe(201)
+      // The start is held at that step while the removal is asked for.
+      let entered!: () => void
+      const holding = new Promise<void>((resolve) => { entered = resolve })
+      let release!: () => void
+      const gate = new Promise<void>((resolve) => { release = resolve })
+      const restore = held === 'holding its workspace' ? hold(s.app.runtime.workspaces, 'acquire') : hold(s.app.runtime.runner, 'prepare')
+      function hold<T extends object, K extends keyof T> (target: T, method: K): () => void {
+        const original = target[method] as (...args: unknown[]) => Promise<unknown>
+        target[method] = (async (...args: unknown[]) => { entered(); await gate; return original.apply(target, args) }) as T[K]
+        return () => { target[method] = original as T[K] }
+      }
+      const mark = uniqueSleepSeconds()
+      const starting = s.call('POST', procs('doomed'), { command: `sleep ${mark}` })
+      await holding
+      const deleting = s.call('DELETE', '/v1/workspaces/doomed')
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      release()
+      const [started, deleted] = await Promise.all([starting, deleting])
+      // The start came first; the removal, after it, killed its process.
+      expect(started.status, JSON.stringify(started.body)).toBe(201)
+      expect(deleted.status).toBe(204)
+      expect(await survivorsWith(`sleep ${mark}`, 3000)).toEqual([])
+      restore()
+      // The id made again is a new workspace: none of the old one's processes, and room for its own.
+      expect((await s.call('POST', '/v1/workspaces', { id: 'doomed' })).status).toBe(201)
+      expect((await s.call('GET', procs('doomed'))).body).toMatchObject({ processes: [] })
+      await start(s, 'doomed', `sleep ${mark}`)
+      expect((await s.call('DELETE', '/v1/workspaces/doomed')).status).toBe(204)
+      expect(await survivorsWith(`sleep ${mark}`, 3000)).toEqual([])
+    })
+  }
 
   it('keeps tenants apart, counts each endpoint as its tool, and is 404 when the tools are off', async () => {
     const s = await server({
