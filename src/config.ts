@@ -119,7 +119,7 @@ export async function loadConfigFile (file: string): Promise<Config> {
   } catch (error) {
     // Without the text around the mistake, which JSON.parse quotes (and the lines after the first, where YAML's are):
     // it may hold a token.
-    const firstLine = String((error as Error).message).split('\n')[0]?.replace(/, .* is not valid JSON$/, ' (not valid JSON)')
+    const firstLine = String((error as Error).message).replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)').split('\n')[0]
     throw new ConfigError(`config: cannot parse ${file}: ${firstLine}`)
   }
   return resolvePaths(parseConfig(raw), path.dirname(path.resolve(file)))
