@@ -17,15 +17,19 @@ export function deniedPattern (command: string, denylist: readonly string[]): st
   return denylist.find((pattern) => pattern !== '' && lower.includes(pattern.toLowerCase()))
 }
 
-/** The longest single argument Linux passes to a program (MAX_ARG_STRLEN, 32 pages), its final NUL included. */
-const MAX_ARGUMENT_BYTES = 128 * 1024
+/**
+ * The longest argument a command may be: Linux passes at most 128 KiB in one
+ * (MAX_ARG_STRLEN, its final NUL included), and the launcher puts a prelude
+ * of its own before a shell command, in the same argument (launcher.ts).
+ */
+const MAX_ARGUMENT_BYTES = 128 * 1024 - 4096
 
 /** Refuses what no process can take as an argument: a NUL byte ends a C string, and one argument has a size limit. */
 export function checkArgv (values: readonly string[], what: string): void {
   if (values.some((value) => value.includes('\0'))) throw new ToolError('InvalidArgs', `${what} must not contain NUL bytes`)
   const longest = Math.max(0, ...values.map((value) => Buffer.byteLength(value)))
   if (longest >= MAX_ARGUMENT_BYTES) {
-    throw new ToolError('InvalidArgs', `${what}: one argument is ${longest} bytes, and at most ${MAX_ARGUMENT_BYTES - 1} fit; write a long script to a file and run that`)
+    throw new ToolError('InvalidArgs', `${what}: one argument is ${longest} bytes, and at most ${MAX_ARGUMENT_BYTES - 1} may be; write a long script to a file and run that`)
   }
 }
 
