@@ -92,8 +92,13 @@ const MAX_UNKNOWN_NAME_BYTES = 256
 /** The tool `name` found, when the caller may use it: NotFound when absent, PermissionDenied when out of scope. */
 export function usableTool (tool: AnyTool | undefined, name: string, scope: NameMatcher): AnyTool {
   if (!tool) throw new ToolError('NotFound', `no tool named ${JSON.stringify(name)}`)
-  if (!scope(tool.name)) throw new ToolError('PermissionDenied', `tool ${JSON.stringify(tool.name)} is outside this token's allowed tools`)
+  if (!scope(tool.name)) throw outOfScope(tool.name)
   return tool
+}
+
+/** The refusal of a tool the caller's token may not call. */
+export function outOfScope (name: string): ToolError {
+  return new ToolError('PermissionDenied', `tool ${JSON.stringify(name)} is outside this token's allowed tools`)
 }
 
 function effectiveLimit (configured: number, requested: number | undefined): number {

@@ -19,16 +19,16 @@
  * re-serialises the same arguments in another key order or spacing retries
  * the same request.
  *
- * The caller's allowed tools are part of the request too: a replay hands out
- * what the first request's tools answered, so a token of the same tenant
- * with other `allowed_tools` gets 422 rather than the answer of a call it
- * may not make (a token with the same globs, a rotated one, replays).
+ * A replay hands out what the first request's tools answered, so it goes
+ * only to a caller whose token may call those tools (the route's
+ * `toolsCalled`); another token of the tenant gets 403, as without a key.
  */
 import { createHash } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifySchema, onSendHookHandler, preHandlerAsyncHookHandler, preValidationAsyncHookHandler } from 'fastify'
 import type { Logger } from 'pino'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
+import { outOfScope } from '../../execution/execute.ts'
 import { IdempotencyStore, type StoredAnswer, type Ticket } from '../idempotency-store.ts'
 import { problems } from '../schemas.ts'
 
@@ -36,6 +36,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** The route takes an Idempotency-Key (plugins/idempotency.ts). */
     idempotent?: boolean
+    /** The tools a request of the route calls (absent: none): a replay goes only to a caller that may call them all. */
+    toolsCalled?: (request: FastifyRequest) => readonly string[]
   }
 }
 
@@ -86,12 +88,15 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
       case 'claimed':
         state.ticket = claimed.ticket
         return
-      case 'replay':
+      case 'replay': {
+        const notAllowed = request.routeOptions.config.toolsCalled?.(request).find((name) => !request.principal.scope(name))
+        if (notAllowed !== undefined) throw outOfScope(notAllowed)
         return replay(reply, claimed.answer)
+      }
       case 'running':
         throw new ToolError('Conflict', 'a request with this Idempotency-Key is still running; retry once it has answered')
       case 'reused':
-        throw new ToolError('IdempotencyKeyReused', 'this Idempotency-Key was used with another method, path or body, or by a token with other allowed tools')
+        throw new ToolError('IdempotencyKeyReused', 'this Idempotency-Key was used with another method, path or body')
     }
   }
 
@@ -123,7 +128,7 @@ Object.defineProperty(idempotency, Symbol.for('skip-override'), { value: true })
 /** The route's schema with the header and the layer's own answers, for the OpenAPI document. */
 function documented (schema: FastifySchema): FastifySchema {
   const headers = (schema.headers ?? { type: 'object', properties: {} }) as { properties?: Record<string, unknown> }
-  const keyHeader = { type: 'string', description: 'Repeats of this request (same tenant, allowed tools, method, path and body) get its first answer again, with Idempotent-Replayed: true; 1–255 visible ASCII characters' }
+  const keyHeader = { type: 'string', description: 'Repeats of this request (same tenant, method, path and body) get its first answer again, with Idempotent-Replayed: true; 1–255 visible ASCII characters' }
   return {
     ...schema,
     headers: { ...headers, properties: { ...headers.properties, [KEY_HEADER]: keyHeader } },
@@ -144,7 +149,7 @@ function keptHeaders (reply: FastifyReply): Record<string, string> {
   return headers
 }
 
-/** The method, path, caller's allowed tools and body of a request, as one digest. */
+/** The method, path and body of a request, as one digest. */
 function fingerprintOf (request: FastifyRequest): string {
   let body: string
   try {
@@ -153,8 +158,7 @@ function fingerprintOf (request: FastifyRequest): string {
     if (error instanceof RangeError) throw new ToolError('BadRequest', 'the body is nested too deeply')
     throw error
   }
-  const scope = canonicalJson([...new Set(request.principal.allowedTools)].sort())
-  return createHash('sha256').update(`${request.method} ${request.url}\n${scope}\n${body}`).digest('hex')
+  return createHash('sha256').update(`${request.method} ${request.url}\n${body}`).digest('hex')
 }
 
 /** JSON with every object's keys sorted and no whitespace: one text per value. */

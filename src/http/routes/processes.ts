@@ -110,7 +110,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   }
 
   app.post('/v1/workspaces/:id/processes', {
-    config: { idempotent: true },
+    config: { idempotent: true, toolsCalled: () => ['process_start'] },
     schema: { summary: 'Start a process', tags, params: WorkspaceParams, body: StartBody, response: { 201: ProcessObject, ...problems(400, 401, 403, 404, 500, 503) } },
   }, async (request, reply) => {
     allow(request, 'process_start')

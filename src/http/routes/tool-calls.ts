@@ -79,7 +79,7 @@ function batchResult (id: string, outcome: Outcome, requestId: string): Static<t
 
 export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.post('/v1/tool-calls', {
-    config: { idempotent: true },
+    config: { idempotent: true, toolsCalled: (request) => (request.body as { calls: unknown[] }).calls.map(callNameOf) },
     schema: { summary: 'Run the tool calls of one model turn', tags: ['tools'], body: BatchBody, response: { 200: BatchReply, ...problems(400, 401, 413) } },
   }, async (request, reply) => {
     const caller = callerOf(request, reply)

@@ -58,7 +58,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
   })
 
   app.post('/v1/tools/:name/execute', {
-    config: { idempotent: true },
+    config: { idempotent: true, toolsCalled: (request) => [(request.params as { name: string }).name] },
     schema: {
       summary: 'Run one tool call',
       tags: ['tools'],
