@@ -10,11 +10,14 @@ import { type Static, type TSchema, Type } from '@sinclair/typebox'
 const strict = { additionalProperties: false } as const
 const int = (min: number, def: number, max?: number) =>
   Type.Integer(max === undefined ? { minimum: min, default: def } : { minimum: min, maximum: max, default: def })
-/** The longest delay a Node.js timer takes (about 24.8 days); a longer one would fire at once. */
-const MAX_TIMER_MS = 2_147_483_647
+/**
+ * The longest duration the config takes, 24 days: a Node.js timer fires at
+ * once past about 24.8 days, and the service adds a few seconds to some.
+ */
+const MAX_DURATION_SECONDS = 24 * 24 * 3600
 /** Durations that become timers: milliseconds, and whole seconds (multiplied by 1000). */
-const ms = (min: number, def: number) => int(min, def, MAX_TIMER_MS)
-const seconds = (min: number, def: number) => int(min, def, Math.floor(MAX_TIMER_MS / 1000))
+const ms = (min: number, def: number) => int(min, def, MAX_DURATION_SECONDS * 1000)
+const seconds = (min: number, def: number) => int(min, def, MAX_DURATION_SECONDS)
 const section = <T extends Record<string, TSchema>>(props: T) => Type.Object(props, { ...strict, default: {} })
 const oneOf = <T extends string>(values: readonly T[], def: T) => Type.Unsafe<T>({ type: 'string', enum: values, default: def })
 

@@ -3,7 +3,7 @@
 // @ts-nocheck
 "use strict";
 
-const schema11 = {"additionalProperties":false,"type":"object","required":["server","workspaces","limits","auth","sandbox","tools","channels","logging"],"properties":{"server":{"additionalProperties":false,"default":{},"type":"object","required":["host","port","body_limit_bytes","drain_timeout_ms","request_timeout_ms","max_header_bytes","max_mcp_sessions","mcp_session_idle_seconds","idempotency_ttl_seconds"],"properties":{"host":{"default":"127.0.0.1","type":"string"},"port":{"minimum":0,"maximum":65535,"default":8080,"type":"integer"},"body_limit_bytes":{"minimum":1024,"default":10485760,"type":"integer"},"drain_timeout_ms":{"minimum":0,"maximum":2147483647,"default":10000,"type":"integer"},"request_timeout_ms":{"minimum":100,"maximum":2147483647,"default":60000,"type":"integer"},"max_header_bytes":{"minimum":1024,"default":16384,"type":"integer"},"max_mcp_sessions":{"minimum":1,"default":100,"type":"integer"},"mcp_session_idle_seconds":{"minimum":1,"maximum":2147483,"default":900,"type":"integer"},"idempotency_ttl_seconds":{"minimum":1,"default":86400,"type":"integer"},"advertise_url":{"pattern":"^https?://[^/?#]+/?$","type":"string"}}},"workspaces":{"additionalProperties":false,"default":{},"type":"object","required":["ttl_seconds","sweep_interval_seconds","max_archive_entries","max_archive_bytes","max_per_tenant","max_bytes","tenant_quotas"],"properties":{"root":{"type":"string"},"ephemeral_root":{"type":"string"},"ttl_seconds":{"minimum":1,"default":3600,"type":"integer"},"sweep_interval_seconds":{"minimum":1,"maximum":2147483,"default":60,"type":"integer"},"max_archive_entries":{"minimum":1,"default":10000,"type":"integer"},"max_archive_bytes":{"minimum":1,"default":536870912,"type":"integer"},"max_per_tenant":{"minimum":1,"default":1000,"type":"integer"},"max_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"tenant_quotas":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","properties":{"max_workspaces":{"minimum":1,"type":"integer"},"max_workspace_bytes":{"minimum":1024,"type":"integer"}}}}}}},"limits":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","max_queue","queue_timeout_ms","max_result_bytes"],"properties":{"max_concurrent":{"minimum":1,"default":16,"type":"integer"},"max_queue":{"minimum":0,"default":256,"type":"integer"},"queue_timeout_ms":{"minimum":1,"maximum":2147483647,"default":30000,"type":"integer"},"max_result_bytes":{"minimum":256,"default":65536,"type":"integer"}}},"auth":{"additionalProperties":false,"default":{},"type":"object","required":["tokens","disabled"],"properties":{"tokens":{"default":[],"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}},"tokens_file":{"type":"string"},"disabled":{"default":false,"type":"boolean"}}},"sandbox":{"additionalProperties":false,"default":{},"type":"object","required":["mode","network","cpu_seconds","max_file_bytes","max_processes","max_memory_bytes","tmp_bytes"],"properties":{"mode":{"type":"string","enum":["auto","bwrap","none"],"default":"auto"},"network":{"default":false,"type":"boolean"},"cpu_seconds":{"minimum":1,"default":600,"type":"integer"},"max_file_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"max_processes":{"minimum":1,"default":256,"type":"integer"},"max_memory_bytes":{"minimum":16777216,"default":4294967296,"type":"integer"},"tmp_bytes":{"minimum":4096,"default":67108864,"type":"integer"}}},"tools":{"additionalProperties":false,"default":{},"type":"object","required":["exec_shell","processes","spawn","web_fetch","web_search","dirs","executable_timeout_seconds","stub","mcp_servers"],"properties":{"builtin":{"type":"array","items":{"type":"string"}},"exec_shell":{"additionalProperties":false,"default":{},"type":"object","required":["timeout_default","timeout_max"],"properties":{"timeout_default":{"minimum":1,"maximum":2147483,"default":30,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2147483,"default":300,"type":"integer"},"denylist":{"type":"array","items":{"type":"string"}}}},"processes":{"additionalProperties":false,"default":{},"type":"object","required":["max_per_workspace","timeout_default","timeout_max","max_output_bytes","keep_ended"],"properties":{"max_per_workspace":{"minimum":1,"default":8,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2147483,"default":3600,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2147483,"default":86400,"type":"integer"},"max_output_bytes":{"minimum":1024,"default":1048576,"type":"integer"},"keep_ended":{"minimum":0,"default":50,"type":"integer"}}},"spawn":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","timeout_default"],"properties":{"max_concurrent":{"minimum":1,"default":5,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2147483,"default":60,"type":"integer"}}},"web_fetch":{"additionalProperties":false,"default":{},"type":"object","required":["max_bytes","allow_private_networks"],"properties":{"max_bytes":{"minimum":1,"default":10485760,"type":"integer"},"allow_private_networks":{"default":false,"type":"boolean"}}},"web_search":{"additionalProperties":false,"default":{},"type":"object","properties":{"endpoint":{"type":"string"}}},"dirs":{"default":[],"type":"array","items":{"type":"string"}},"executable_timeout_seconds":{"minimum":1,"maximum":2147483,"default":60,"type":"integer"},"stub":{"default":false,"type":"boolean"},"mcp_servers":{"default":{},"type":"object","patternProperties":{"^[A-Za-z0-9_-]+$":{"additionalProperties":false,"type":"object","required":["args","env","internal_only","timeout_ms"],"properties":{"command":{"type":"string"},"args":{"default":[],"type":"array","items":{"type":"string"}},"env":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"type":"string"}}},"url":{"type":"string"},"internal_only":{"default":true,"type":"boolean"},"timeout_ms":{"minimum":1,"maximum":2147483647,"default":60000,"type":"integer"}}}}}}},"channels":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","required":["webhook"],"properties":{"webhook":{"type":"string"}}}}},"logging":{"additionalProperties":false,"default":{},"type":"object","required":["level"],"properties":{"level":{"type":"string","enum":["fatal","error","warn","info","debug","trace","silent"],"default":"info"}}}}};
+const schema11 = {"additionalProperties":false,"type":"object","required":["server","workspaces","limits","auth","sandbox","tools","channels","logging"],"properties":{"server":{"additionalProperties":false,"default":{},"type":"object","required":["host","port","body_limit_bytes","drain_timeout_ms","request_timeout_ms","max_header_bytes","max_mcp_sessions","mcp_session_idle_seconds","idempotency_ttl_seconds"],"properties":{"host":{"default":"127.0.0.1","type":"string"},"port":{"minimum":0,"maximum":65535,"default":8080,"type":"integer"},"body_limit_bytes":{"minimum":1024,"default":10485760,"type":"integer"},"drain_timeout_ms":{"minimum":0,"maximum":2073600000,"default":10000,"type":"integer"},"request_timeout_ms":{"minimum":100,"maximum":2073600000,"default":60000,"type":"integer"},"max_header_bytes":{"minimum":1024,"default":16384,"type":"integer"},"max_mcp_sessions":{"minimum":1,"default":100,"type":"integer"},"mcp_session_idle_seconds":{"minimum":1,"maximum":2073600,"default":900,"type":"integer"},"idempotency_ttl_seconds":{"minimum":1,"default":86400,"type":"integer"},"advertise_url":{"pattern":"^https?://[^/?#]+/?$","type":"string"}}},"workspaces":{"additionalProperties":false,"default":{},"type":"object","required":["ttl_seconds","sweep_interval_seconds","max_archive_entries","max_archive_bytes","max_per_tenant","max_bytes","tenant_quotas"],"properties":{"root":{"type":"string"},"ephemeral_root":{"type":"string"},"ttl_seconds":{"minimum":1,"default":3600,"type":"integer"},"sweep_interval_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"max_archive_entries":{"minimum":1,"default":10000,"type":"integer"},"max_archive_bytes":{"minimum":1,"default":536870912,"type":"integer"},"max_per_tenant":{"minimum":1,"default":1000,"type":"integer"},"max_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"tenant_quotas":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","properties":{"max_workspaces":{"minimum":1,"type":"integer"},"max_workspace_bytes":{"minimum":1024,"type":"integer"}}}}}}},"limits":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","max_queue","queue_timeout_ms","max_result_bytes"],"properties":{"max_concurrent":{"minimum":1,"default":16,"type":"integer"},"max_queue":{"minimum":0,"default":256,"type":"integer"},"queue_timeout_ms":{"minimum":1,"maximum":2073600000,"default":30000,"type":"integer"},"max_result_bytes":{"minimum":256,"default":65536,"type":"integer"}}},"auth":{"additionalProperties":false,"default":{},"type":"object","required":["tokens","disabled"],"properties":{"tokens":{"default":[],"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}},"tokens_file":{"type":"string"},"disabled":{"default":false,"type":"boolean"}}},"sandbox":{"additionalProperties":false,"default":{},"type":"object","required":["mode","network","cpu_seconds","max_file_bytes","max_processes","max_memory_bytes","tmp_bytes"],"properties":{"mode":{"type":"string","enum":["auto","bwrap","none"],"default":"auto"},"network":{"default":false,"type":"boolean"},"cpu_seconds":{"minimum":1,"default":600,"type":"integer"},"max_file_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"max_processes":{"minimum":1,"default":256,"type":"integer"},"max_memory_bytes":{"minimum":16777216,"default":4294967296,"type":"integer"},"tmp_bytes":{"minimum":4096,"default":67108864,"type":"integer"}}},"tools":{"additionalProperties":false,"default":{},"type":"object","required":["exec_shell","processes","spawn","web_fetch","web_search","dirs","executable_timeout_seconds","stub","mcp_servers"],"properties":{"builtin":{"type":"array","items":{"type":"string"}},"exec_shell":{"additionalProperties":false,"default":{},"type":"object","required":["timeout_default","timeout_max"],"properties":{"timeout_default":{"minimum":1,"maximum":2073600,"default":30,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":300,"type":"integer"},"denylist":{"type":"array","items":{"type":"string"}}}},"processes":{"additionalProperties":false,"default":{},"type":"object","required":["max_per_workspace","timeout_default","timeout_max","max_output_bytes","keep_ended"],"properties":{"max_per_workspace":{"minimum":1,"default":8,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":3600,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":86400,"type":"integer"},"max_output_bytes":{"minimum":1024,"default":1048576,"type":"integer"},"keep_ended":{"minimum":0,"default":50,"type":"integer"}}},"spawn":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","timeout_default"],"properties":{"max_concurrent":{"minimum":1,"default":5,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"}}},"web_fetch":{"additionalProperties":false,"default":{},"type":"object","required":["max_bytes","allow_private_networks"],"properties":{"max_bytes":{"minimum":1,"default":10485760,"type":"integer"},"allow_private_networks":{"default":false,"type":"boolean"}}},"web_search":{"additionalProperties":false,"default":{},"type":"object","properties":{"endpoint":{"type":"string"}}},"dirs":{"default":[],"type":"array","items":{"type":"string"}},"executable_timeout_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"stub":{"default":false,"type":"boolean"},"mcp_servers":{"default":{},"type":"object","patternProperties":{"^[A-Za-z0-9_-]+$":{"additionalProperties":false,"type":"object","required":["args","env","internal_only","timeout_ms"],"properties":{"command":{"type":"string"},"args":{"default":[],"type":"array","items":{"type":"string"}},"env":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"type":"string"}}},"url":{"type":"string"},"internal_only":{"default":true,"type":"boolean"},"timeout_ms":{"minimum":1,"maximum":2073600000,"default":60000,"type":"integer"}}}}}}},"channels":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","required":["webhook"],"properties":{"webhook":{"type":"string"}}}}},"logging":{"additionalProperties":false,"default":{},"type":"object","required":["level"],"properties":{"level":{"type":"string","enum":["fatal","error","warn","info","debug","trace","silent"],"default":"info"}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const func4 = ucs2length;
 const pattern0 = new RegExp("^https?://[^/?#]+/?$", "u");
@@ -153,8 +153,8 @@ return false;
 }
 if(errors === _errs11){
 if(typeof data4 == "number"){
-if(data4 > 2147483647 || isNaN(data4)){
-validate10.errors = [{instancePath:instancePath+"/server/drain_timeout_ms",schemaPath:"#/properties/server/properties/drain_timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483647},message:"must be <= 2147483647"}];
+if(data4 > 2073600000 || isNaN(data4)){
+validate10.errors = [{instancePath:instancePath+"/server/drain_timeout_ms",schemaPath:"#/properties/server/properties/drain_timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600000},message:"must be <= 2073600000"}];
 return false;
 }
 else {
@@ -175,8 +175,8 @@ return false;
 }
 if(errors === _errs13){
 if(typeof data5 == "number"){
-if(data5 > 2147483647 || isNaN(data5)){
-validate10.errors = [{instancePath:instancePath+"/server/request_timeout_ms",schemaPath:"#/properties/server/properties/request_timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483647},message:"must be <= 2147483647"}];
+if(data5 > 2073600000 || isNaN(data5)){
+validate10.errors = [{instancePath:instancePath+"/server/request_timeout_ms",schemaPath:"#/properties/server/properties/request_timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600000},message:"must be <= 2073600000"}];
 return false;
 }
 else {
@@ -229,8 +229,8 @@ return false;
 }
 if(errors === _errs19){
 if(typeof data8 == "number"){
-if(data8 > 2147483 || isNaN(data8)){
-validate10.errors = [{instancePath:instancePath+"/server/mcp_session_idle_seconds",schemaPath:"#/properties/server/properties/mcp_session_idle_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data8 > 2073600 || isNaN(data8)){
+validate10.errors = [{instancePath:instancePath+"/server/mcp_session_idle_seconds",schemaPath:"#/properties/server/properties/mcp_session_idle_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -386,8 +386,8 @@ return false;
 }
 if(errors === _errs34){
 if(typeof data15 == "number"){
-if(data15 > 2147483 || isNaN(data15)){
-validate10.errors = [{instancePath:instancePath+"/workspaces/sweep_interval_seconds",schemaPath:"#/properties/workspaces/properties/sweep_interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data15 > 2073600 || isNaN(data15)){
+validate10.errors = [{instancePath:instancePath+"/workspaces/sweep_interval_seconds",schemaPath:"#/properties/workspaces/properties/sweep_interval_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -635,8 +635,8 @@ return false;
 }
 if(errors === _errs60){
 if(typeof data27 == "number"){
-if(data27 > 2147483647 || isNaN(data27)){
-validate10.errors = [{instancePath:instancePath+"/limits/queue_timeout_ms",schemaPath:"#/properties/limits/properties/queue_timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483647},message:"must be <= 2147483647"}];
+if(data27 > 2073600000 || isNaN(data27)){
+validate10.errors = [{instancePath:instancePath+"/limits/queue_timeout_ms",schemaPath:"#/properties/limits/properties/queue_timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600000},message:"must be <= 2073600000"}];
 return false;
 }
 else {
@@ -1119,8 +1119,8 @@ return false;
 }
 if(errors === _errs111){
 if(typeof data50 == "number"){
-if(data50 > 2147483 || isNaN(data50)){
-validate10.errors = [{instancePath:instancePath+"/tools/exec_shell/timeout_default",schemaPath:"#/properties/tools/properties/exec_shell/properties/timeout_default/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data50 > 2073600 || isNaN(data50)){
+validate10.errors = [{instancePath:instancePath+"/tools/exec_shell/timeout_default",schemaPath:"#/properties/tools/properties/exec_shell/properties/timeout_default/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -1141,8 +1141,8 @@ return false;
 }
 if(errors === _errs113){
 if(typeof data51 == "number"){
-if(data51 > 2147483 || isNaN(data51)){
-validate10.errors = [{instancePath:instancePath+"/tools/exec_shell/timeout_max",schemaPath:"#/properties/tools/properties/exec_shell/properties/timeout_max/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data51 > 2073600 || isNaN(data51)){
+validate10.errors = [{instancePath:instancePath+"/tools/exec_shell/timeout_max",schemaPath:"#/properties/tools/properties/exec_shell/properties/timeout_max/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -1254,8 +1254,8 @@ return false;
 }
 if(errors === _errs124){
 if(typeof data56 == "number"){
-if(data56 > 2147483 || isNaN(data56)){
-validate10.errors = [{instancePath:instancePath+"/tools/processes/timeout_default",schemaPath:"#/properties/tools/properties/processes/properties/timeout_default/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data56 > 2073600 || isNaN(data56)){
+validate10.errors = [{instancePath:instancePath+"/tools/processes/timeout_default",schemaPath:"#/properties/tools/properties/processes/properties/timeout_default/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -1276,8 +1276,8 @@ return false;
 }
 if(errors === _errs126){
 if(typeof data57 == "number"){
-if(data57 > 2147483 || isNaN(data57)){
-validate10.errors = [{instancePath:instancePath+"/tools/processes/timeout_max",schemaPath:"#/properties/tools/properties/processes/properties/timeout_max/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data57 > 2073600 || isNaN(data57)){
+validate10.errors = [{instancePath:instancePath+"/tools/processes/timeout_max",schemaPath:"#/properties/tools/properties/processes/properties/timeout_max/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -1384,8 +1384,8 @@ return false;
 }
 if(errors === _errs137){
 if(typeof data62 == "number"){
-if(data62 > 2147483 || isNaN(data62)){
-validate10.errors = [{instancePath:instancePath+"/tools/spawn/timeout_default",schemaPath:"#/properties/tools/properties/spawn/properties/timeout_default/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data62 > 2073600 || isNaN(data62)){
+validate10.errors = [{instancePath:instancePath+"/tools/spawn/timeout_default",schemaPath:"#/properties/tools/properties/spawn/properties/timeout_default/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -1527,8 +1527,8 @@ return false;
 }
 if(errors === _errs155){
 if(typeof data70 == "number"){
-if(data70 > 2147483 || isNaN(data70)){
-validate10.errors = [{instancePath:instancePath+"/tools/executable_timeout_seconds",schemaPath:"#/properties/tools/properties/executable_timeout_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483},message:"must be <= 2147483"}];
+if(data70 > 2073600 || isNaN(data70)){
+validate10.errors = [{instancePath:instancePath+"/tools/executable_timeout_seconds",schemaPath:"#/properties/tools/properties/executable_timeout_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600},message:"must be <= 2073600"}];
 return false;
 }
 else {
@@ -1676,8 +1676,8 @@ return false;
 }
 if(errors === _errs178){
 if(typeof data81 == "number"){
-if(data81 > 2147483647 || isNaN(data81)){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483647},message:"must be <= 2147483647"}];
+if(data81 > 2073600000 || isNaN(data81)){
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600000},message:"must be <= 2073600000"}];
 return false;
 }
 else {
