@@ -50,7 +50,8 @@ export class EphemeralWorkspaces {
     const dir = path.join(this.#root, name)
     this.#busy.add(name)
     try {
-      await mkdir(dir)
+      // Private, as the tenants' directory is: a command may leave a setuid program in it.
+      await mkdir(dir, { mode: 0o700 })
     } catch (error) {
       this.#busy.delete(name)
       throw error

@@ -125,7 +125,10 @@ export class WorkspaceStore {
     // No other user of the host may reach into a workspace, even under a root an operator made open:
     // a command can leave a setuid program there, which would run as the service's user.
     await mkdir(this.#layout.tenantsDir, { recursive: true, mode: 0o700 })
-    await chmod(this.#layout.tenantsDir, 0o700)
+    await chmod(this.#layout.tenantsDir, 0o700).catch((error: unknown) => {
+      // Another user's directory (a volume shared wrongly): the service still runs, with a warning.
+      this.#options.log.warn({ err: error, dir: this.#layout.tenantsDir }, 'could not make the tenants directory private (0700): other users of the host may reach into workspaces')
+    })
     this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
     await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
     await this.#cache.adoptAll(this.#layout)

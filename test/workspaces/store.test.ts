@@ -68,6 +68,10 @@ describe('WorkspaceStore', () => {
     const record = await s.create('acme', { id: 'w' })
     expect((await stat(path.join(root, 'tenants'))).mode & 0o777).toBe(0o700)
     expect(record.dir.startsWith(path.join(await realpath(root), 'tenants') + path.sep)).toBe(true)
+    // An ephemeral workspace is private itself: its root may be an operator's too.
+    const ephemeral = await s.ephemeral()
+    expect((await stat(ephemeral.dir)).mode & 0o777).toBe(0o700)
+    await ephemeral.release()
     s.close()
   })
 
