@@ -90,9 +90,7 @@ async function main (): Promise<void> {
   }
   const { config, file } = loaded
   const log = createLogger(config)
-  // Kept: the channel to a parent Node.js process that started this one with an IPC channel.
-  const ipc = Number(process.env['NODE_CHANNEL_FD'])
-  const inherited = closeInheritedDescriptors(Number.isInteger(ipc) ? [ipc] : [])
+  const inherited = closeInheritedDescriptors()
   if (inherited > 0) log.warn({ descriptors: inherited }, 'closed descriptors inherited from the parent process: every command started would have had them')
   try {
     checkExposure(config, log)

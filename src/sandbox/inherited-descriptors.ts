@@ -11,9 +11,11 @@ import { closeSync, readdirSync, readFileSync } from 'node:fs'
 /** O_CLOEXEC as /proc/<pid>/fdinfo shows it (octal, in its `flags:` line). */
 const O_CLOEXEC = 0o2000000
 
-/** Closes every descriptor past stdio that a started process would inherit, but those in `keep`; answers how many it closed. */
-export function closeInheritedDescriptors (keep: readonly number[] = []): number {
-  const kept = new Set([0, 1, 2, ...keep])
+/**
+ * Closes every descriptor past stdio that a started process would inherit; answers how many it
+ * closed. Node's own (an IPC channel to a parent Node.js process included) are close-on-exec.
+ */
+export function closeInheritedDescriptors (): number {
   let names: string[]
   try {
     names = readdirSync('/proc/self/fd')
@@ -24,7 +26,7 @@ export function closeInheritedDescriptors (keep: readonly number[] = []): number
   let closed = 0
   for (const name of names) {
     const fd = Number(name)
-    if (kept.has(fd)) continue
+    if (fd <= 2) continue
     let flags: string | undefined
     try {
       flags = /^flags:\s+([0-7]+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))?.[1]

@@ -152,7 +152,7 @@ describe('without tokens', () => {
 
   it('serves /v1 and /mcp only to requests that name a loopback host, so that a re-pointed DNS name (rebinding) reaches nothing', async () => {
     const app = await buildTestApp()
-    for (const host of ['attacker.example', 'attacker.example:8080', '127.0.0.1.attacker.example', 'localhost@attacker.example', '10.0.0.5:8080']) {
+    for (const host of ['attacker.example', 'attacker.example:8080', '127.0.0.1.attacker.example', 'localhost@attacker.example', 'attacker@127.0.0.1', '127.0.0.1/x', '127.0.0.1#x', '10.0.0.5:8080', 'localhost.localdomain']) {
       const answer = await call(app, { host })
       expectProblem(answer, 403, 'PermissionDenied')
       expect(answer.text, host).not.toContain('ran')

@@ -70,9 +70,12 @@ function isLoopbackName (hostname: string): boolean {
   return ipaddr.isValid(name) && ipaddr.process(name).range() === 'loopback'
 }
 
+/** A Host header's shape: a name or an address, and a port; nothing else (no user, path or query). */
+const AUTHORITY = /^(?:\[[0-9A-Fa-f:.]+\]|[^\s:/?#@[\]\\]+)(?::\d*)?$/
+
 /** Whether a Host header (`host[:port]`) names a loopback host. */
 function isLoopbackAuthority (host: string | undefined): boolean {
-  if (host === undefined) return false
+  if (host === undefined || !AUTHORITY.test(host)) return false
   try {
     return isLoopbackName(new URL(`http://${host}/`).hostname)
   } catch {
