@@ -106,6 +106,8 @@ export class McpSessions {
   /** The session's server; `endStream` closes the HTTP stream a request's answer was to go out on. */
   #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined, calls: McpSession['calls'], endStream: (requestId: RequestId) => void): Server {
     const server = new Server({ name: 'toolport', version: VERSION }, { capabilities: { tools: { listChanged: false } } })
+    /** The tool calls of each POST still to answer, and one of them that was cancelled (its stream is found by its id). */
+    const postCalls = new WeakMap<object, { running: number, cancelled: RequestId | undefined }>()
     server.setRequestHandler(ListToolsRequestSchema, async () => ({
       tools: this.#runtime.registry.list({ scope: principal.scope, allowed }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
     }))
@@ -120,8 +122,13 @@ export class McpSessions {
       }
       const stopProgress = reportProgress(request.params._meta?.progressToken, extra)
       // A cancelled call is answered with nothing (as MCP says), so the stream of its POST, which
-      // waits for that answer, would stay open for good (and hold a shutdown's drain): it ends here.
-      const cancelled = (): void => { endStream(extra.requestId) }
+      // waits for that answer, would stay open for good (and hold a shutdown's drain). It is ended
+      // once no other call of that POST (a JSON-RPC batch may hold several) is still to answer.
+      const post = extra.requestInfo ?? {}
+      const unanswered = postCalls.get(post) ?? { running: 0, cancelled: undefined }
+      postCalls.set(post, unanswered)
+      unanswered.running++
+      const cancelled = (): void => { unanswered.cancelled = extra.requestId }
       extra.signal.addEventListener('abort', cancelled, { once: true })
       calls.running++
       try {
@@ -130,6 +137,9 @@ export class McpSessions {
         calls.running--
         extra.signal.removeEventListener('abort', cancelled)
         stopProgress()
+        // After this call's own answer, which the SDK sends once this handler has returned.
+        const { cancelled: cancelledId } = unanswered
+        if (--unanswered.running === 0 && cancelledId !== undefined) setImmediate(() => { endStream(cancelledId) })
       }
     })
     return server

@@ -76,4 +76,27 @@ describe('/mcp progress and cancellation', () => {
     expect((await client.callTool({ name: 'exec_shell', arguments: { command: 'echo after' } })).isError).toBeFalsy()
     expect(errors).toEqual([])
   })
+
+  it('ends a batch\'s stream once its other calls have answered, when one of them was cancelled (protocol 2025-03-26)', { timeout: 30_000 }, async () => {
+    const app = await buildTestApp()
+    const mcp = `${await listening(app)}/mcp`
+    const idle = app.runtime.activeRequests
+    const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+    const send = async (body: unknown) => fetch(mcp, { method: 'POST', headers, body: JSON.stringify(body) })
+    const init = await send({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } })
+    Object.assign(headers, { 'mcp-session-id': init.headers.get('mcp-session-id') ?? '', 'mcp-protocol-version': '2025-03-26' })
+    await init.text()
+    await (await send({ jsonrpc: '2.0', method: 'notifications/initialized' })).text()
+    const stream = send([
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'exec_shell', arguments: { command: 'sleep 30' } } },
+      { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'exec_shell', arguments: { command: 'sleep 1; echo two' } } },
+    ]).then(async (response) => response.text())
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    await (await send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 1 } })).text()
+    const events = await stream
+    // The other call's answer came, the cancelled one's did not, and the stream ended.
+    expect(events).toContain('two')
+    expect(events).not.toMatch(/"id":1[,}]/)
+    expect(await eventually(() => app.runtime.activeRequests === idle, 2000)).toBe(true)
+  })
 })
