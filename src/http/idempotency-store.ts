@@ -28,6 +28,8 @@ export interface StoredAnswer {
   status: number
   headers: Record<string, string>
   body: string
+  /** A digest of the first caller's allowed tools (records made before it was kept have none). */
+  scope?: string
 }
 
 interface RecordBase {

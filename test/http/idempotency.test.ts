@@ -114,6 +114,7 @@ describe('Idempotency-Key', () => {
           { token: 'all', tenant: 'acme', allowed_tools: ['*'] },
           { token: 'shell', tenant: 'acme', allowed_tools: ['exec_shell', 'process_*'] },
           { token: 'reader', tenant: 'acme', allowed_tools: ['read_file'] },
+          { token: 'upper', tenant: 'acme', allowed_tools: ['EXEC_SHELL'] },
         ],
       },
     })
@@ -133,6 +134,23 @@ describe('Idempotency-Key', () => {
     expectProblem(await post(app, '/v1/tool-calls', batch, 'k-scope-batch', 'shell'), 403, 'PermissionDenied')
     expect((await post(app, '/v1/tool-calls', batch, 'k-scope-batch', 'all')).headers['idempotent-replayed']).toBe('true')
     expect(await linesOf(app, 'log.txt', 'all')).toEqual(['PRIVATE-OUTPUT'])
+    // A tool named in another letter case is the tool the registry finds, which `upper`'s glob does not allow.
+    expect((await post(app, '/v1/tools/EXEC_SHELL/execute', secret, 'k-case', 'all')).status).toBe(200)
+    expectProblem(await post(app, '/v1/tools/EXEC_SHELL/execute', secret, 'k-case', 'upper'), 403, 'PermissionDenied')
+  })
+
+  it('replays to the token that made the request whatever its scope says of the tools, and names no tool it cannot find', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'shell', tenant: 'acme', allowed_tools: ['exec_shell'] }, { token: 'other', tenant: 'acme', allowed_tools: ['write_file'] }] } })
+    // The first answer held a 403 for the item out of scope; the retry gets that answer again.
+    const batch = { workspace: 'w', calls: [{ name: 'exec_shell', arguments: { command: 'echo ran >> log.txt' } }, { name: 'read_file', arguments: { path: 'log.txt' } }, 42] }
+    const first = await post(app, '/v1/tool-calls', batch, 'k-own', 'shell')
+    const again = await post(app, '/v1/tool-calls', batch, 'k-own', 'shell')
+    expect([first.status, again.headers['idempotent-replayed']]).toEqual([200, 'true'])
+    expect(again.body).toEqual(first.body)
+    // A tool that does not exist answered 404 whoever asked: replayed to another token too.
+    const missing = await post(app, '/v1/tools/nonexistent/execute', { arguments: {} }, 'k-missing', 'shell')
+    expectProblem(missing, 404, 'NotFound')
+    expect((await post(app, '/v1/tools/nonexistent/execute', { arguments: {} }, 'k-missing', 'other')).headers['idempotent-replayed']).toBe('true')
   })
 
   it('refuses a malformed key with 400 BadRequest and runs nothing', async () => {

@@ -20,7 +20,8 @@
  * the same request.
  *
  * A replay hands out what the first request's tools answered, so it goes
- * only to a caller whose token may call those tools (the route's
+ * only to a caller whose token allows the same tools as the first caller's,
+ * or else may call every tool the request names (the route's
  * `toolsCalled`); another token of the tenant gets 403, as without a key.
  */
 import { createHash } from 'node:crypto'
@@ -89,8 +90,12 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
         state.ticket = claimed.ticket
         return
       case 'replay': {
-        const notAllowed = request.routeOptions.config.toolsCalled?.(request).find((name) => !request.principal.scope(name))
-        if (notAllowed !== undefined) throw outOfScope(notAllowed)
+        if (claimed.answer.scope !== scopeOf(request)) {
+          // Names as the registry finds them (a built-in in any letter case); a name it does not know got an answer that no scope changed.
+          const tools = request.routeOptions.config.toolsCalled?.(request).map((name) => runtime.registry.get(name)) ?? []
+          const notAllowed = tools.find((tool) => tool !== undefined && !request.principal.scope(tool.name))
+          if (notAllowed) throw outOfScope(notAllowed.name)
+        }
         return replay(reply, claimed.answer)
       }
       case 'running':
@@ -107,7 +112,7 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
     try {
       const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined
       if (body === undefined || reply.statusCode === 503) await store.release(ticket)
-      else await store.complete(ticket, { status: reply.statusCode, headers: keptHeaders(reply), body })
+      else await store.complete(ticket, { status: reply.statusCode, headers: keptHeaders(reply), body, scope: scopeOf(request) })
     } catch (error) {
       // The answer still goes out; a retry then finds the claim running until it is abandoned.
       request.log.error({ err: error }, 'could not store the answer of an idempotent request')
@@ -159,6 +164,11 @@ function fingerprintOf (request: FastifyRequest): string {
     throw error
   }
   return createHash('sha256').update(`${request.method} ${request.url}\n${body}`).digest('hex')
+}
+
+/** The caller's allowed tools, as one digest. */
+function scopeOf (request: FastifyRequest): string {
+  return createHash('sha256').update(canonicalJson([...new Set(request.principal.allowedTools)].sort())).digest('hex')
 }
 
 /** JSON with every object's keys sorted and no whitespace: one text per value. */
