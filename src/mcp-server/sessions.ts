@@ -128,18 +128,17 @@ export class McpSessions {
       const unanswered = postCalls.get(post) ?? { running: 0, cancelled: undefined }
       postCalls.set(post, unanswered)
       unanswered.running++
-      const cancelled = (): void => { unanswered.cancelled = extra.requestId }
-      extra.signal.addEventListener('abort', cancelled, { once: true })
       calls.running++
       try {
         return toCallToolResult(await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace))
       } finally {
         calls.running--
-        extra.signal.removeEventListener('abort', cancelled)
         stopProgress()
+        // Cancelled while it ran, or before it began (a cancel in the same batch).
+        if (extra.signal.aborted) unanswered.cancelled = extra.requestId
+        const { cancelled } = unanswered
         // After this call's own answer, which the SDK sends once this handler has returned.
-        const { cancelled: cancelledId } = unanswered
-        if (--unanswered.running === 0 && cancelledId !== undefined) setImmediate(() => { endStream(cancelledId) })
+        if (--unanswered.running === 0 && cancelled !== undefined) setImmediate(() => { endStream(cancelled) })
       }
     })
     return server

@@ -98,5 +98,12 @@ describe('/mcp progress and cancellation', () => {
     expect(events).toContain('two')
     expect(events).not.toMatch(/"id":1[,}]/)
     expect(await eventually(() => app.runtime.activeRequests === idle, 2000)).toBe(true)
+    // A cancel in the very batch of its call, which the SDK reads before the call begins.
+    const both = await (await send([
+      { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'exec_shell', arguments: { command: 'sleep 30' } } },
+      { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 3 } },
+    ])).text()
+    expect(both).not.toMatch(/"id":3[,}]/)
+    expect(await eventually(() => app.runtime.activeRequests === idle, 2000)).toBe(true)
   })
 })
