@@ -65,7 +65,8 @@ export class ProcessTable {
   /**
    * Starts `request.command` in the workspace (a persistent one is made on first use, as any call
    * does). A start and a removal of the workspace take turns (`withoutRemoval`): a removal either
-   * comes first, and the start makes the workspace anew, or after, and finds the process to kill.
+   * comes first, and the start makes a persistent workspace anew (or fails, in an ephemeral one
+   * gone), or after, and finds the process to kill.
    */
   async start (place: ProcessPlace, request: StartRequest): Promise<ManagedProcess> {
     const { config, denylist, store } = this.#options
@@ -74,6 +75,8 @@ export class ProcessTable {
     const dir = place.id === null ? place.dir : store.dirOf(place.tenant, place.id)
     if (dir === undefined) throw new Error('a process needs a workspace directory')
     return store.withoutRemoval(dir, async () => {
+      // Again: the service may have begun stopping while this start waited its turn.
+      if (this.#closed) throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
       if (this.#running(dir) >= config.max_per_workspace) {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
@@ -81,6 +84,11 @@ export class ProcessTable {
       try {
         let started: ManagedProcess | undefined
         const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes))
+        // From here to the table nothing awaits: a close either came before (and nothing starts) or finds the process.
+        if (this.#closed) {
+          await parts.discard()
+          throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
+        }
         const endChange = usageOf(dir).beginChange()
         try {
           started = new ManagedProcess({
@@ -117,7 +125,7 @@ export class ProcessTable {
    * What a start needs, made side by side: the sandbox's launch, the output
    * sockets, execa, and (in a persistent workspace) the record that tells
    * other instances where the process runs, written before the start is
-   * answered. What was made goes again when any part fails.
+   * answered. What was made goes again when any part fails, or by `discard`.
    */
   async #prepare (place: ProcessPlace, dir: string, request: StartRequest, received: (stream: StreamName, bytes: Buffer) => void) {
     const { records, runner, self } = this.#options
@@ -134,14 +142,17 @@ export class ProcessTable {
       import('execa'),
       record && this.#options.records.write(record.tenant, record.record),
     ])
+    const discard = async (): Promise<void> => {
+      if (launch.status === 'fulfilled') launch.value.release()
+      for (const pair of [stdout, stderr]) {
+        if (pair.status === 'fulfilled') for (const end of [pair.value.reader, pair.value.writer]) end.destroy()
+      }
+      if (record && recorded.status === 'fulfilled') await records.remove(record.tenant, record.workspace, id).catch(() => {})
+    }
     if (launch.status === 'fulfilled' && stdout.status === 'fulfilled' && stderr.status === 'fulfilled' && execa.status === 'fulfilled' && recorded.status === 'fulfilled') {
-      return { record, process: { id, workspace: place.id, startedAt, launch: launch.value, output: { stdout: stdout.value, stderr: stderr.value }, execa: execa.value.execa } }
+      return { record, discard, process: { id, workspace: place.id, startedAt, launch: launch.value, output: { stdout: stdout.value, stderr: stderr.value }, execa: execa.value.execa } }
     }
-    if (launch.status === 'fulfilled') launch.value.release()
-    for (const pair of [stdout, stderr]) {
-      if (pair.status === 'fulfilled') for (const end of [pair.value.reader, pair.value.writer]) end.destroy()
-    }
-    if (record && recorded.status === 'fulfilled') await records.remove(record.tenant, record.workspace, id).catch(() => {})
+    await discard()
     throw [launch, stdout, stderr, execa, recorded].find((part) => part.status === 'rejected')?.reason
   }
 

@@ -90,11 +90,12 @@ export class WorkspaceStore {
       cache: this.#cache,
       layout: () => this.#layout,
       log: options.log,
-      remove: (tenant, id) => this.#remove(tenant, id),
-      removedElsewhere: async (entry) => {
+      // Each as a removal that a process start takes turns with (withoutRemoval).
+      remove: (tenant, id) => this.withoutRemoval(this.dirOf(tenant, id), () => this.#remove(tenant, id)),
+      removedElsewhere: (entry) => this.withoutRemoval(entry.dir, async () => {
         await this.#beforeRemoval(entry.dir)
         forgetUsage(entry.dir)
-      },
+      }),
     })
   }
 
@@ -232,9 +233,10 @@ export class WorkspaceStore {
   }
 
   /**
-   * Runs `task` while the workspace at `dir` is not being deleted (or, an
-   * ephemeral one, released), and holds its removal back until `task` is
-   * done: a process start and a removal take turns.
+   * Runs `task` while the workspace at `dir` is not being removed (deleted,
+   * expired, removed by another instance, or, an ephemeral one, released),
+   * and holds its removal back until `task` is done: a process start and a
+   * removal take turns. Not reentrant: nothing a removal runs may take it.
    */
   async withoutRemoval<T> (dir: string, task: () => Promise<T>): Promise<T> {
     return runExclusively(`${dir}\u0000removal`, task)

@@ -135,6 +135,26 @@ describe('processes over REST', () => {
     expect((await s.call('POST', procs('w'), { command: 'true' })).body).toMatchObject({ code: 'Overloaded' })
   })
 
+  it('starts nothing once the service has begun stopping, also a start that was preparing then (503)', async () => {
+    const s = await server()
+    const runner = s.app.runtime.runner
+    const prepare = runner.prepare.bind(runner)
+    let entered!: () => void
+    const preparing = new Promise<void>((resolve) => { entered = resolve })
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => { release = resolve })
+    runner.prepare = async (options) => { entered(); await gate; return prepare(options) }
+    const mark = uniqueSleepSeconds()
+    const starting = s.call('POST', procs('w'), { command: `sleep ${mark}` })
+    await preparing
+    const stopping = s.app.runtime.processes.stopAll('KILL')
+    release()
+    expect((await starting).body).toMatchObject({ status: 503, code: 'Overloaded' })
+    await stopping
+    expect(await survivorsWith(`sleep ${mark}`, 1000)).toEqual([])
+    runner.prepare = prepare
+  })
+
   it('sends an event stream\'s status and headers at once, before a quiet process writes anything', async () => {
     const s = await server()
     const quiet = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`)
