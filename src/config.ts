@@ -117,10 +117,13 @@ export async function loadConfigFile (file: string): Promise<Config> {
   try {
     raw = /\.json$/i.test(file) ? JSON.parse(text) : await parseYaml(text)
   } catch (error) {
-    // Without the text around the mistake, which JSON.parse quotes (and the lines after the first, where YAML's are):
-    // it may hold a token.
-    const firstLine = String((error as Error).message).replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)').split('\n')[0]
-    throw new ConfigError(`config: cannot parse ${file}: ${firstLine}`)
+    // Never the file's text, which may hold a token: JSON.parse quotes it after the mistake, YAML's parse
+    // errors show it after their first line (where the position is), and its other errors after a colon.
+    const message = String((error as Error).message)
+    const shown = /\.json$/i.test(file)
+      ? message.replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)')
+      : (error as { linePos?: unknown }).linePos === undefined ? message.replace(/:.*/s, '') : message
+    throw new ConfigError(`config: cannot parse ${file}: ${shown.split('\n')[0]}`)
   }
   return resolvePaths(parseConfig(raw), path.dirname(path.resolve(file)))
 }

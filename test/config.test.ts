@@ -59,7 +59,8 @@ describe('config', () => {
     await writeFile(path.join(dir, 'typo.json'), '{"auth": {"tokens": [{"token":sk-LIVE-9f8e7d6c5b4a, "tenant": "t"}]}}')
     await writeFile(path.join(dir, 'typo-lines.json'), '{\n  "auth": {"tokens": [{\n    "token": sk-LIVE-9f8e7d6c5b4a\n  }]}\n}')
     await writeFile(path.join(dir, 'typo.yaml'), 'auth:\n  tokens:\n    - token: sk-LIVE-9f8e7d6c5b4a\n     tenant: [t\n')
-    for (const file of ['typo.json', 'typo-lines.json', 'typo.yaml']) {
+    await writeFile(path.join(dir, 'alias.yaml'), 'auth:\n  tokens:\n    - token: *sk-LIVE-9f8e7d6c5b4a\n      tenant: t\n')
+    for (const file of ['typo.json', 'typo-lines.json', 'typo.yaml', 'alias.yaml']) {
       const message = await loadConfigFile(path.join(dir, file)).then(() => '', (error: Error) => error.message)
       expect(message, file).toMatch(/cannot parse/)
       expect(message, file).not.toMatch(/LIVE|9f8e/)
