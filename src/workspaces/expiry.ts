@@ -18,6 +18,8 @@ export interface WorkspaceExpiryOptions {
   remove: (tenant: string, id: string) => Promise<void>
   /** Another instance removed a workspace held here: what runs here in it ends (its removal listeners), nothing else. */
   removedElsewhere: (entry: CachedWorkspace) => Promise<void>
+  /** Runs a task as a removal of the workspace at `dir` (WorkspaceStore.withoutRemoval): a process start waits, or is waited for. */
+  asRemoval: (dir: string, task: () => Promise<void>) => Promise<void>
 }
 
 export class WorkspaceExpiry {
@@ -65,29 +67,39 @@ export class WorkspaceExpiry {
    * kept. Answers how many went.
    */
   async sweep (now: number): Promise<number> {
-    const { cache, layout, log, remove } = this.#options
+    const { cache, layout, log, asRemoval } = this.#options
     await cache.adoptAll(layout())
     let removed = 0
     for (const entry of cache.all()) {
-      if (entry.users > 0) {
-        await this.#keepHeld(entry)
-        continue
-      }
-      if (entry.expiresAt > now) continue
-      const meta = await layout().read(entry.tenant, entry.id)
-      if (meta && meta.expiresAt > now) {
-        entry.expiresAt = meta.expiresAt
-        continue
-      }
-      if (!cache.holds(entry) || entry.users > 0) continue
-      cache.delete(entry.tenant, entry.id)
-      await remove(entry.tenant, entry.id).catch((error: unknown) => {
-        log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
+      // Decided and done in the workspace's turn: a start that came first may have renewed it meanwhile.
+      await asRemoval(entry.dir, async () => {
+        if (await this.#sweepOne(entry, now)) removed++
       })
-      removed++
     }
     if (removed > 0) log.info({ removed }, 'expired workspaces removed')
     return removed
+  }
+
+  /** Keeps, renews or removes one workspace; true when it was removed. */
+  async #sweepOne (entry: CachedWorkspace, now: number): Promise<boolean> {
+    const { cache, layout, log, remove } = this.#options
+    if (!cache.holds(entry)) return false
+    if (entry.users > 0) {
+      await this.#keepHeld(entry)
+      return false
+    }
+    if (entry.expiresAt > now) return false
+    const meta = await layout().read(entry.tenant, entry.id)
+    if (meta && meta.expiresAt > now) {
+      entry.expiresAt = meta.expiresAt
+      return false
+    }
+    if (!cache.holds(entry) || entry.users > 0) return false
+    cache.delete(entry.tenant, entry.id)
+    await remove(entry.tenant, entry.id).catch((error: unknown) => {
+      log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
+    })
+    return true
   }
 
   /**

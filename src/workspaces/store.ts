@@ -81,6 +81,7 @@ export class WorkspaceStore {
   readonly #ephemeral: EphemeralWorkspaces
   #trash: WorkspaceTrash | undefined
   #sweeper: NodeJS.Timeout | undefined
+  #sweeping = false
   #removalListeners: Array<(dir: string) => Promise<void>> = []
 
   constructor (options: WorkspaceStoreOptions) {
@@ -90,12 +91,12 @@ export class WorkspaceStore {
       cache: this.#cache,
       layout: () => this.#layout,
       log: options.log,
-      // Each as a removal that a process start takes turns with (withoutRemoval).
-      remove: (tenant, id) => this.withoutRemoval(this.dirOf(tenant, id), () => this.#remove(tenant, id)),
-      removedElsewhere: (entry) => this.withoutRemoval(entry.dir, async () => {
+      remove: (tenant, id) => this.#remove(tenant, id),
+      removedElsewhere: async (entry) => {
         await this.#beforeRemoval(entry.dir)
         forgetUsage(entry.dir)
-      }),
+      },
+      asRemoval: (dir, task) => this.withoutRemoval(dir, task),
     })
   }
 
@@ -135,7 +136,12 @@ export class WorkspaceStore {
     await this.#cache.adoptAll(this.#layout)
     // Deletions a crash or restart interrupted; may take long, so not before the service answers.
     void this.#trash.empty()
-    this.#sweeper = setInterval(() => { void this.sweep() }, this.#options.sweepIntervalSeconds * 1000)
+    // One sweep at a time: a sweep may wait for process starts' turns, and the next must not queue behind it.
+    this.#sweeper = setInterval(() => {
+      if (this.#sweeping) return
+      this.#sweeping = true
+      void this.sweep().finally(() => { this.#sweeping = false })
+    }, this.#options.sweepIntervalSeconds * 1000)
     this.#sweeper.unref()
   }
 
@@ -298,7 +304,14 @@ export class WorkspaceStore {
       } catch (error) {
         if (!(error instanceof ToolError) || error.code !== 'NotFound') throw error
       }
-      const entry = this.#cache.get(tenant, id) ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
+      const cached = this.#cache.get(tenant, id)
+      if (cached?.made) {
+        // Adopted by a sweep from metadata read before a removal went on (it found no workspace): the disk says again.
+        this.#cache.forget(cached)
+        continue
+      }
+      // Joins a creation under way, or makes the workspace.
+      const entry = cached ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
       try {
         await entry.ready
         return entry

@@ -135,6 +135,30 @@ describe('processes over REST', () => {
     expect((await s.call('POST', procs('w'), { command: 'true' })).body).toMatchObject({ code: 'Overloaded' })
   })
 
+  it('keeps an expired workspace that a process start renews while the sweep waits for its turn', async () => {
+    const s = await server()
+    expect((await s.call('POST', '/v1/workspaces', { id: 'old', ttl_seconds: 1 })).status).toBe(201)
+    await new Promise((resolve) => setTimeout(resolve, 1200))
+    const store = s.app.runtime.workspaces
+    const acquire = store.acquire.bind(store)
+    let entered!: () => void
+    const holding = new Promise<void>((resolve) => { entered = resolve })
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => { release = resolve })
+    store.acquire = async (tenant, id) => { entered(); await gate; return acquire(tenant, id) }
+    const mark = uniqueSleepSeconds()
+    const starting = s.call('POST', procs('old'), { command: `sleep ${mark}` })
+    await holding
+    const sweeping = store.sweep()
+    release()
+    const started = await starting
+    expect(started.status, JSON.stringify(started.body)).toBe(201)
+    expect(await sweeping).toBe(0)
+    expect((await s.call('GET', `${procs('old')}/${started.body['id']}`)).body).toMatchObject({ state: 'running' })
+    expect(await survivorsWith(`sleep ${mark}`, 0)).toHaveLength(1)
+    store.acquire = acquire
+  })
+
   it('starts nothing once the service has begun stopping, also a start that was preparing then (503)', async () => {
     const s = await server()
     const runner = s.app.runtime.runner
