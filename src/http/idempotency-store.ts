@@ -30,6 +30,8 @@ export interface StoredAnswer {
   body: string
   /** A digest of the first caller's allowed tools (records made before it was kept have none). */
   scope?: string
+  /** The tools the request called, as the registry named them then (a name it did not know, as sent). */
+  tools?: string[]
 }
 
 interface RecordBase {

@@ -4,12 +4,13 @@
  * the first runs, keys per tenant, malformed keys, expiry, and which answers
  * are kept.
  */
-import { readdir, readFile, writeFile } from 'node:fs/promises'
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { requestAs } from '../support/requests.ts'
+import { describeJson, eventually, placeTool, shTool, toolsDir } from '../sources/helpers.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -147,10 +148,24 @@ describe('Idempotency-Key', () => {
     const again = await post(app, '/v1/tool-calls', batch, 'k-own', 'shell')
     expect([first.status, again.headers['idempotent-replayed']]).toEqual([200, 'true'])
     expect(again.body).toEqual(first.body)
-    // A tool that does not exist answered 404 whoever asked: replayed to another token too.
+    // A name no tool had is checked as sent: the registry may know it later, or on another instance.
     const missing = await post(app, '/v1/tools/nonexistent/execute', { arguments: {} }, 'k-missing', 'shell')
     expectProblem(missing, 404, 'NotFound')
-    expect((await post(app, '/v1/tools/nonexistent/execute', { arguments: {} }, 'k-missing', 'other')).headers['idempotent-replayed']).toBe('true')
+    expect((await post(app, '/v1/tools/nonexistent/execute', { arguments: {} }, 'k-missing', 'shell')).headers['idempotent-replayed']).toBe('true')
+    expectProblem(await post(app, '/v1/tools/nonexistent/execute', { arguments: {} }, 'k-missing', 'other'), 403, 'PermissionDenied')
+  })
+
+  it('checks a replay against the tools as they were when the answer was made, not as the registry knows them now', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'secret', shTool(describeJson('secret'), 'echo TOP-SECRET'))
+    const app = await buildTestApp({ tools: { dirs: [dir] }, auth: { tokens: [{ token: 'all', tenant: 'acme', allowed_tools: ['*'] }, { token: 'reader', tenant: 'acme', allowed_tools: ['read_file'] }] } })
+    expect(JSON.stringify((await post(app, '/v1/tools/secret/execute', { arguments: {} }, 'k-gone', 'all')).body)).toContain('TOP-SECRET')
+    // The tool goes (here; another instance sharing the root may never have had it).
+    await rm(path.join(dir, 'secret'))
+    expect(await eventually(async () => (await post(app, '/v1/tools/secret/execute', { arguments: {} }, undefined, 'all')).status === 404)).toBe(true)
+    const replay = await post(app, '/v1/tools/secret/execute', { arguments: {} }, 'k-gone', 'reader')
+    expectProblem(replay, 403, 'PermissionDenied')
+    expect(JSON.stringify(replay.body)).not.toContain('TOP-SECRET')
   })
 
   it('refuses a malformed key with 400 BadRequest and runs nothing', async () => {

@@ -81,6 +81,10 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
     states.set(request, { key, fingerprint: fingerprintOf(request) })
   }
 
+  /** The tools the request calls, each as the registry names it (a built-in in any letter case), or as sent when it knows none. */
+  const toolsCalled = (request: FastifyRequest): string[] =>
+    (request.routeOptions.config.toolsCalled?.(request) ?? []).map((name) => runtime.registry.get(name)?.name ?? name)
+
   const claim: preHandlerAsyncHookHandler = async (request, reply) => {
     const state = states.get(request)
     if (!state) return
@@ -91,10 +95,9 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
         return
       case 'replay': {
         if (claimed.answer.scope !== scopeOf(request)) {
-          // Names as the registry finds them (a built-in in any letter case); a name it does not know got an answer that no scope changed.
-          const tools = request.routeOptions.config.toolsCalled?.(request).map((name) => runtime.registry.get(name)) ?? []
-          const notAllowed = tools.find((tool) => tool !== undefined && !request.principal.scope(tool.name))
-          if (notAllowed) throw outOfScope(notAllowed.name)
+          // The tools as they were when the answer was made: the registry may know others now, or here.
+          const notAllowed = (claimed.answer.tools ?? toolsCalled(request)).find((name) => !request.principal.scope(name))
+          if (notAllowed !== undefined) throw outOfScope(notAllowed)
         }
         return replay(reply, claimed.answer)
       }
@@ -112,7 +115,7 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
     try {
       const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined
       if (body === undefined || reply.statusCode === 503) await store.release(ticket)
-      else await store.complete(ticket, { status: reply.statusCode, headers: keptHeaders(reply), body, scope: scopeOf(request) })
+      else await store.complete(ticket, { status: reply.statusCode, headers: keptHeaders(reply), body, scope: scopeOf(request), tools: toolsCalled(request) })
     } catch (error) {
       // The answer still goes out; a retry then finds the claim running until it is abandoned.
       request.log.error({ err: error }, 'could not store the answer of an idempotent request')
