@@ -48,7 +48,8 @@ function describe (error: ErrorObject): string {
  */
 async function parseYaml (text: string): Promise<unknown> {
   const { parse } = await import('yaml')
-  return parse(text, { prettyErrors: false })
+  // Warnings (an unknown tag) would go to stderr quoting the file's text: errors only.
+  return parse(text, { prettyErrors: false, logLevel: 'error' })
 }
 
 /** Validates a parsed config object (filling defaults) or throws ConfigError. */
@@ -117,12 +118,10 @@ export async function loadConfigFile (file: string): Promise<Config> {
   try {
     raw = /\.json$/i.test(file) ? JSON.parse(text) : await parseYaml(text)
   } catch (error) {
-    // Never the file's text, which may hold a token: JSON.parse quotes it after the mistake, YAML's parse
-    // errors show it after their first line (where the position is), and its other errors after a colon.
+    // Never the file's text, which may hold a token: JSON.parse quotes it after the mistake, and YAML's
+    // errors after a colon (an alias to no anchor names the alias).
     const message = String((error as Error).message)
-    const shown = /\.json$/i.test(file)
-      ? message.replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)')
-      : (error as { linePos?: unknown }).linePos === undefined ? message.replace(/:.*/s, '') : message
+    const shown = /\.json$/i.test(file) ? message.replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)') : message.replace(/:.*/s, '')
     throw new ConfigError(`config: cannot parse ${file}: ${shown.split('\n')[0]}`)
   }
   return resolvePaths(parseConfig(raw), path.dirname(path.resolve(file)))

@@ -1,6 +1,6 @@
 import { writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { ConfigError, defaultConfig, loadConfigFile, parseConfig } from '../src/config.ts'
 import { tempDir } from './support/temp.ts'
 
@@ -64,6 +64,15 @@ describe('config', () => {
       const message = await loadConfigFile(path.join(dir, file)).then(() => '', (error: Error) => error.message)
       expect(message, file).toMatch(/cannot parse/)
       expect(message, file).not.toMatch(/LIVE|9f8e/)
+    }
+    // Nor does a YAML warning (an unknown tag), which would go to stderr.
+    await writeFile(path.join(dir, 'tagged.yaml'), 'auth:\n  tokens:\n    - token: !sk-LIVE-9f8e7d6c5b4a t\n      tenant: t\n')
+    const warnings = vi.spyOn(process, 'emitWarning').mockImplementation(() => {})
+    try {
+      await loadConfigFile(path.join(dir, 'tagged.yaml'))
+      expect(JSON.stringify(warnings.mock.calls)).not.toMatch(/LIVE|9f8e/)
+    } finally {
+      warnings.mockRestore()
     }
   })
 
