@@ -12,7 +12,7 @@
  * creating the same id cannot both win; renewals replace it atomically.
  */
 import { randomUUID } from 'node:crypto'
-import { access, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, chmod, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
@@ -40,6 +40,16 @@ export class WorkspaceLayout {
   /** Every tenant's workspaces, metadata and process records; only the service's user may enter it. */
   get tenantsDir (): string {
     return path.join(this.root, 'tenants')
+  }
+
+  /**
+   * Makes the tenants' directory private (0700), also under a root an operator made open: a command
+   * can leave a setuid program in a workspace, which would run as the service's user. Answers why not
+   * when it cannot (another user's directory, a volume shared wrongly).
+   */
+  async makePrivate (): Promise<unknown> {
+    await mkdir(this.tenantsDir, { recursive: true, mode: 0o700 })
+    return chmod(this.tenantsDir, 0o700).then(() => undefined, (error: unknown) => error)
   }
 
   /** Where deleted workspaces wait for their files to be removed. */

@@ -16,27 +16,24 @@
  * anything another instance may have renewed. Each instance needs its own
  * ephemeral root (it is emptied at start).
  *
- * This file holds lookup, creation and deletion; the cache is
- * cached-workspaces.ts, making one is creation.ts, leases and the sweep of
- * expired ones are expiry.ts.
- *
- * A deleted workspace goes to the trash at once (trash.ts): its id
- * is free, and its files are removed off the request path; what is left
- * there is removed again at start and on every sweep, as are ephemeral
- * workspaces whose removal failed.
+ * This file holds creation and deletion; finding one is lookup.ts, the
+ * cache is cached-workspaces.ts, making one is creation.ts, leases and the
+ * sweep of expired ones are expiry.ts.
+ * A deleted workspace goes to the trash at once (trash.ts).
  */
 import { randomUUID } from 'node:crypto'
-import { chmod, mkdir, realpath, stat } from 'node:fs/promises'
+import { mkdir, realpath } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
 import { runExclusively } from '../workspace-fs/keyed-mutex.ts'
-import { CachedWorkspaces, type CachedWorkspace } from './cached-workspaces.ts'
-import { ClaimedElsewhere, materialise } from './creation.ts'
+import { CachedWorkspaces } from './cached-workspaces.ts'
+import { ClaimedElsewhere } from './creation.ts'
 import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
 import { WorkspaceExpiry } from './expiry.ts'
 import { validateWorkspaceId } from './ids.ts'
-import { WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
+import { WorkspaceLookup } from './lookup.ts'
+import { WorkspaceLayout } from './meta.ts'
 import { describeWorkspace, type WorkspaceInfo, type WorkspaceRecord } from './record.ts'
 import { WorkspaceTrash } from './trash.ts'
 import { forgetUsage, usageOf } from './usage.ts'
@@ -71,22 +68,29 @@ const ABANDONED_UPLOAD_MS = 60 * 60 * 1000
  */
 const INFO_WAITS_FOR_SCAN_BELOW_FILES = 2000
 
-const DEFAULT_RECHECK_MS = 1000
-
 export class WorkspaceStore {
   readonly #options: WorkspaceStoreOptions
   readonly #cache = new CachedWorkspaces()
   #layout = new WorkspaceLayout('')
   readonly #expiry: WorkspaceExpiry
+  readonly #lookup: WorkspaceLookup
   readonly #ephemeral: EphemeralWorkspaces
   #trash: WorkspaceTrash | undefined
   #sweeper: NodeJS.Timeout | undefined
-  #sweeping = false
+  #sweeping: Promise<number> | undefined
   #removalListeners: Array<(dir: string) => Promise<void>> = []
 
   constructor (options: WorkspaceStoreOptions) {
     this.#options = options
     this.#ephemeral = new EphemeralWorkspaces(options.log)
+    this.#lookup = new WorkspaceLookup({
+      cache: this.#cache,
+      layout: () => this.#layout,
+      ttlSeconds: options.ttlSeconds,
+      maxWorkspacesOf: options.maxWorkspacesOf,
+      recheckMs: options.recheckMs,
+      remove: (tenant, id) => this.#remove(tenant, id),
+    })
     this.#expiry = new WorkspaceExpiry({
       cache: this.#cache,
       layout: () => this.#layout,
@@ -124,24 +128,15 @@ export class WorkspaceStore {
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
     this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
-    // No other user of the host may reach into a workspace, even under a root an operator made open:
-    // a command can leave a setuid program there, which would run as the service's user.
-    await mkdir(this.#layout.tenantsDir, { recursive: true, mode: 0o700 })
-    await chmod(this.#layout.tenantsDir, 0o700).catch((error: unknown) => {
-      // Another user's directory (a volume shared wrongly): the service still runs, with a warning.
-      this.#options.log.warn({ err: error, dir: this.#layout.tenantsDir }, 'could not make the tenants directory private (0700): other users of the host may reach into workspaces')
-    })
+    const notPrivate = await this.#layout.makePrivate()
+    if (notPrivate) this.#options.log.warn({ err: notPrivate, dir: this.#layout.tenantsDir }, 'could not make the tenants directory private (0700): other users of the host may reach into workspaces')
     this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
     await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
     await this.#cache.adoptAll(this.#layout)
     // Deletions a crash or restart interrupted; may take long, so not before the service answers.
     void this.#trash.empty()
     // One sweep at a time: a sweep may wait for process starts' turns, and the next must not queue behind it.
-    this.#sweeper = setInterval(() => {
-      if (this.#sweeping) return
-      this.#sweeping = true
-      void this.sweep().finally(() => { this.#sweeping = false })
-    }, this.#options.sweepIntervalSeconds * 1000)
+    this.#sweeper = setInterval(() => { this.#sweeping ??= this.sweep().finally(() => { this.#sweeping = undefined }) }, this.#options.sweepIntervalSeconds * 1000)
     this.#sweeper.unref()
   }
 
@@ -165,7 +160,7 @@ export class WorkspaceStore {
     validateWorkspaceId(id)
     const conflict = () => new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
     if (this.#cache.has(tenant, id)) throw conflict()
-    const entry = this.#materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
+    const entry = this.#lookup.materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
     try {
       await entry.ready
     } catch (error) {
@@ -184,38 +179,7 @@ export class WorkspaceStore {
 
   /** A workspace of `tenant`, from the cache or from disk; NotFound when absent (or another tenant's). */
   async find (tenant: string, id: string): Promise<WorkspaceRecord> {
-    return this.#find(tenant, id)
-  }
-
-  async #find (tenant: string, id: string): Promise<CachedWorkspace> {
-    validateWorkspaceId(id)
-    const cached = this.#cache.get(tenant, id)
-    if (cached) {
-      // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
-      const made = cached.made || await cached.ready.then(() => true, () => false)
-      const fresh = Date.now() - cached.checkedAt < (this.#options.recheckMs ?? DEFAULT_RECHECK_MS)
-      if (made && fresh && cached.expiresAt > Date.now()) return cached
-    }
-    const meta = await this.#layout.read(tenant, id)
-    // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
-    if (meta && !await exists(this.#layout.workspaceDir(tenant, id))) await this.#remove(tenant, id)
-    else if (meta) return this.#found(tenant, id, meta)
-    if (cached) this.#cache.forget(cached)
-    throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
-  }
-
-  /** The entry of a workspace whose metadata (and directory) exist; NotFound when it has expired. */
-  async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<CachedWorkspace> {
-    const entry = this.#cache.get(tenant, id) ?? this.#cache.adopt(meta, this.#layout)
-    entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
-    entry.checkedAt = Date.now()
-    if (entry.expiresAt <= Date.now() && entry.users === 0) {
-      // Expired is gone, whether or not the sweeper has come by yet.
-      this.#cache.forget(entry)
-      await this.#remove(tenant, id)
-      throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
-    }
-    return entry
+    return this.#lookup.find(tenant, id)
   }
 
   /**
@@ -264,7 +228,7 @@ export class WorkspaceStore {
 
   /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
   async acquire (tenant: string, id: string): Promise<WorkspaceLease> {
-    const entry = await this.#findOrCreate(tenant, id)
+    const entry = await this.#lookup.findOrCreate(tenant, id)
     const lease = this.#expiry.lease(entry)
     usageOf(entry.dir).refreshIfOld()
     return lease
@@ -295,39 +259,4 @@ export class WorkspaceStore {
   countOf (tenant: string): number {
     return this.#cache.countOf(tenant)
   }
-
-  async #findOrCreate (tenant: string, id: string): Promise<CachedWorkspace> {
-    validateWorkspaceId(id)
-    for (;;) {
-      try {
-        return await this.#find(tenant, id)
-      } catch (error) {
-        if (!(error instanceof ToolError) || error.code !== 'NotFound') throw error
-      }
-      const cached = this.#cache.get(tenant, id)
-      if (cached?.made) {
-        // Adopted by a sweep from metadata read before a removal went on (it found no workspace): the disk says again.
-        this.#cache.forget(cached)
-        continue
-      }
-      // Joins a creation under way, or makes the workspace.
-      const entry = cached ?? this.#materialise(tenant, id, this.#options.ttlSeconds)
-      try {
-        await entry.ready
-        return entry
-      } catch (error) {
-        // Another instance made it meanwhile: use theirs.
-        if (!(error instanceof ClaimedElsewhere)) throw error
-      }
-    }
-  }
-
-  #materialise (tenant: string, id: string, ttlSeconds: number): CachedWorkspace {
-    const limit = this.#options.maxWorkspacesOf?.(tenant) ?? Infinity
-    return materialise(this.#cache, this.#layout, { tenant, id, ttlSeconds, limit })
-  }
-}
-
-async function exists (dir: string): Promise<boolean> {
-  return stat(dir).then(() => true, () => false)
 }

@@ -1,0 +1,108 @@
+/**
+ * Finding a persistent workspace: from the cache while it is fresh, else
+ * from its metadata on disk (another instance may have made, renewed or
+ * removed it); made on first use for a call that names it. A workspace
+ * found expired, or whose metadata has lost its directory, is removed
+ * there and then.
+ */
+import { stat } from 'node:fs/promises'
+import { ToolError } from '../errors.ts'
+import type { CachedWorkspace, CachedWorkspaces } from './cached-workspaces.ts'
+import { ClaimedElsewhere, materialise } from './creation.ts'
+import { validateWorkspaceId } from './ids.ts'
+import type { WorkspaceLayout, WorkspaceMeta } from './meta.ts'
+
+const DEFAULT_RECHECK_MS = 1000
+
+export interface WorkspaceLookupOptions {
+  cache: CachedWorkspaces
+  /** The store's layout (it is known only after the store's `init`). */
+  layout: () => WorkspaceLayout
+  ttlSeconds: number
+  /** How many persistent workspaces a tenant may hold (unlimited when absent). */
+  maxWorkspacesOf?: (tenant: string) => number
+  /** How long a cached workspace is trusted before its metadata is read again. */
+  recheckMs?: number
+  /** The store's removal of a workspace (a removal already under way, so not in a turn of its own). */
+  remove: (tenant: string, id: string) => Promise<void>
+}
+
+export class WorkspaceLookup {
+  readonly #options: WorkspaceLookupOptions
+
+  constructor (options: WorkspaceLookupOptions) {
+    this.#options = options
+  }
+
+  /** A workspace of `tenant`; NotFound when absent (or another tenant's, or expired). */
+  async find (tenant: string, id: string): Promise<CachedWorkspace> {
+    const { cache, layout, recheckMs, remove } = this.#options
+    validateWorkspaceId(id)
+    const cached = cache.get(tenant, id)
+    if (cached) {
+      // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
+      const made = cached.made || await cached.ready.then(() => true, () => false)
+      const fresh = Date.now() - cached.checkedAt < (recheckMs ?? DEFAULT_RECHECK_MS)
+      if (made && fresh && cached.expiresAt > Date.now()) return cached
+    }
+    const meta = await layout().read(tenant, id)
+    // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
+    if (meta && !await exists(layout().workspaceDir(tenant, id))) await remove(tenant, id)
+    else if (meta) return this.#found(tenant, id, meta)
+    if (cached) cache.forget(cached)
+    throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
+  }
+
+  /** A workspace of `tenant`, made when it does not exist. */
+  async findOrCreate (tenant: string, id: string): Promise<CachedWorkspace> {
+    const { cache, ttlSeconds } = this.#options
+    validateWorkspaceId(id)
+    for (;;) {
+      try {
+        return await this.find(tenant, id)
+      } catch (error) {
+        if (!(error instanceof ToolError) || error.code !== 'NotFound') throw error
+      }
+      const cached = cache.get(tenant, id)
+      if (cached?.made) {
+        // Adopted by a sweep from metadata read before a removal went on (it found no workspace): the disk says again.
+        cache.forget(cached)
+        continue
+      }
+      // Joins a creation under way, or makes the workspace.
+      const entry = cached ?? this.materialise(tenant, id, ttlSeconds)
+      try {
+        await entry.ready
+        return entry
+      } catch (error) {
+        // Another instance made it meanwhile: use theirs.
+        if (!(error instanceof ClaimedElsewhere)) throw error
+      }
+    }
+  }
+
+  /** Starts making a workspace (its `ready` settles when it is made, or not). */
+  materialise (tenant: string, id: string, ttlSeconds: number): CachedWorkspace {
+    const limit = this.#options.maxWorkspacesOf?.(tenant) ?? Infinity
+    return materialise(this.#options.cache, this.#options.layout(), { tenant, id, ttlSeconds, limit })
+  }
+
+  /** The entry of a workspace whose metadata (and directory) exist; NotFound when it has expired. */
+  async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<CachedWorkspace> {
+    const { cache, layout, remove } = this.#options
+    const entry = cache.get(tenant, id) ?? cache.adopt(meta, layout())
+    entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
+    entry.checkedAt = Date.now()
+    if (entry.expiresAt <= Date.now() && entry.users === 0) {
+      // Expired is gone, whether or not the sweeper has come by yet.
+      cache.forget(entry)
+      await remove(tenant, id)
+      throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
+    }
+    return entry
+  }
+}
+
+async function exists (dir: string): Promise<boolean> {
+  return stat(dir).then(() => true, () => false)
+}
