@@ -71,6 +71,8 @@ export class WorkspaceExpiry {
     await cache.adoptAll(layout())
     let removed = 0
     for (const entry of cache.all()) {
+      // Nothing to do for one that is neither held nor expired (without waiting for its turn).
+      if (entry.users === 0 && entry.expiresAt > now) continue
       // Decided and done in the workspace's turn: a start that came first may have renewed it meanwhile.
       await asRemoval(entry.dir, async () => {
         if (await this.#sweepOne(entry, now)) removed++

@@ -13,6 +13,8 @@ import { validateWorkspaceId } from './ids.ts'
 import type { WorkspaceLayout, WorkspaceMeta } from './meta.ts'
 
 const DEFAULT_RECHECK_MS = 1000
+/** Rounds of finding, then making, a workspace that other calls or instances make or remove meanwhile. */
+const FIND_OR_CREATE_ATTEMPTS = 5
 
 export interface WorkspaceLookupOptions {
   cache: CachedWorkspaces
@@ -57,7 +59,8 @@ export class WorkspaceLookup {
   async findOrCreate (tenant: string, id: string): Promise<CachedWorkspace> {
     const { cache, ttlSeconds } = this.#options
     validateWorkspaceId(id)
-    for (;;) {
+    // Bounded: metadata that can be neither read nor made again (an empty file a crash left) must not hold a call for good.
+    for (let attempt = 0; attempt < FIND_OR_CREATE_ATTEMPTS; attempt++) {
       try {
         return await this.find(tenant, id)
       } catch (error) {
@@ -65,8 +68,8 @@ export class WorkspaceLookup {
       }
       const cached = cache.get(tenant, id)
       if (cached?.made) {
-        // Adopted by a sweep from metadata read before a removal went on (it found no workspace): the disk says again.
-        cache.forget(cached)
+        // Made meanwhile (here or elsewhere), or adopted by a sweep from metadata read before a removal: the disk says which.
+        cached.checkedAt = 0
         continue
       }
       // Joins a creation under way, or makes the workspace.
@@ -79,6 +82,7 @@ export class WorkspaceLookup {
         if (!(error instanceof ClaimedElsewhere)) throw error
       }
     }
+    throw new ToolError('ExecutionFailed', `workspace ${JSON.stringify(id)} can be neither found nor made (its metadata is unreadable)`)
   }
 
   /** Starts making a workspace (its `ready` settles when it is made, or not). */

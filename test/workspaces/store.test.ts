@@ -75,6 +75,17 @@ describe('WorkspaceStore', () => {
     s.close()
   })
 
+  it('gives up on a workspace whose metadata can be neither read nor made again (an empty file a crash left), instead of trying for good', async () => {
+    const root = await tempDir()
+    const s = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }), recheckMs: 0 })
+    await s.init()
+    await s.create('acme', { id: 'w' })
+    const metaDir = path.join(await realpath(root), 'tenants', directoryNameOf('acme'), 'meta')
+    for (const file of await readdir(metaDir)) await writeFile(path.join(metaDir, file), '')
+    await expect(s.acquire('acme', 'w')).rejects.toMatchObject({ code: 'ExecutionFailed', message: expect.stringMatching(/neither found nor made/) })
+    s.close()
+  })
+
   it('keeps tenants apart', async () => {
     const s = await store()
     await s.create('acme', { id: 'shared-name' })
