@@ -52,6 +52,13 @@ async function parseYaml (text: string): Promise<unknown> {
   return parse(text, { prettyErrors: false, logLevel: 'error' })
 }
 
+/** A YAML error as its code and line (`BAD_SCALAR_START at line 3`), never its message. */
+function yamlProblem (error: unknown, text: string): string {
+  const { code, pos } = error as { code?: string, pos?: [number, number] }
+  if (code === undefined) return 'not valid YAML (an alias to no anchor, or the like)'
+  return pos === undefined ? `YAML error ${code}` : `YAML error ${code} at line ${text.slice(0, pos[0]).split('\n').length}`
+}
+
 /** Validates a parsed config object (filling defaults) or throws ConfigError. */
 export function parseConfig (raw: unknown): Config {
   const value = raw ?? {}
@@ -119,10 +126,10 @@ export async function loadConfigFile (file: string): Promise<Config> {
     raw = /\.json$/i.test(file) ? JSON.parse(text) : await parseYaml(text)
   } catch (error) {
     // Never the file's text, which may hold a token: JSON.parse quotes it after the mistake, and YAML's
-    // errors after a colon (an alias to no anchor names the alias).
+    // messages quote it anywhere, so a YAML error is told by its code and line.
     const message = String((error as Error).message)
-    const shown = /\.json$/i.test(file) ? message.replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)') : message.replace(/:.*/s, '')
-    throw new ConfigError(`config: cannot parse ${file}: ${shown.split('\n')[0]}`)
+    const shown = /\.json$/i.test(file) ? message.replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)').split('\n')[0] : yamlProblem(error, text)
+    throw new ConfigError(`config: cannot parse ${file}: ${shown}`)
   }
   return resolvePaths(parseConfig(raw), path.dirname(path.resolve(file)))
 }

@@ -60,7 +60,10 @@ describe('config', () => {
     await writeFile(path.join(dir, 'typo-lines.json'), '{\n  "auth": {"tokens": [{\n    "token": sk-LIVE-9f8e7d6c5b4a\n  }]}\n}')
     await writeFile(path.join(dir, 'typo.yaml'), 'auth:\n  tokens:\n    - token: sk-LIVE-9f8e7d6c5b4a\n     tenant: [t\n')
     await writeFile(path.join(dir, 'alias.yaml'), 'auth:\n  tokens:\n    - token: *sk-LIVE-9f8e7d6c5b4a\n      tenant: t\n')
-    for (const file of ['typo.json', 'typo-lines.json', 'typo.yaml', 'alias.yaml']) {
+    await writeFile(path.join(dir, 'tag.yaml'), 'auth:\n  tokens:\n    - token: !sk-LIVE-9f8e7d6c5b4a! t\n')
+    await writeFile(path.join(dir, 'escape.yaml'), 'auth:\n  tokens:\n    - token: "\\Usk-LIVE-9f8e7d6c5b4a"\n')
+    await writeFile(path.join(dir, 'version.yaml'), '%YAML 9.sk-LIVE-9f8e7d6c5b4a\n---\na: 1\n')
+    for (const file of ['typo.json', 'typo-lines.json', 'typo.yaml', 'alias.yaml', 'tag.yaml', 'escape.yaml', 'version.yaml']) {
       const message = await loadConfigFile(path.join(dir, file)).then(() => '', (error: Error) => error.message)
       expect(message, file).toMatch(/cannot parse/)
       expect(message, file).not.toMatch(/LIVE|9f8e/)

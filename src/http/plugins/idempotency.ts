@@ -83,7 +83,7 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
 
   /** The tools the request calls, each as the registry names it (a built-in in any letter case), or as sent when it knows none. */
   const toolsCalled = (request: FastifyRequest): string[] =>
-    (request.routeOptions.config.toolsCalled?.(request) ?? []).map((name) => runtime.registry.get(name)?.name ?? name)
+    (request.routeOptions.config.toolsCalled?.(request) ?? []).filter((name) => name !== '').map((name) => runtime.registry.get(name)?.name ?? name)
 
   const claim: preHandlerAsyncHookHandler = async (request, reply) => {
     const state = states.get(request)
