@@ -34,6 +34,20 @@ type Server = Awaited<ReturnType<typeof server>>
 
 const procs = (ws: string) => `/v1/workspaces/${ws}/processes`
 
+/**
+ * Holds every call of `target[method]` until `release()`: `entered` resolves when the first one
+ * arrives; `restore()` puts the method back.
+ */
+function holdCalls<T extends object, K extends keyof T> (target: T, method: K): { entered: Promise<void>, release: () => void, restore: () => void } {
+  const original = target[method] as (...args: unknown[]) => Promise<unknown>
+  let arrived!: () => void
+  const entered = new Promise<void>((resolve) => { arrived = resolve })
+  let release!: () => void
+  const gate = new Promise<void>((resolve) => { release = resolve })
+  target[method] = (async (...args: unknown[]) => { arrived(); await gate; return original.apply(target, args) }) as T[K]
+  return { entered, release, restore: () => { target[method] = original as T[K] } }
+}
+
 async function start (s: Server, ws: string, command: string, extra: Json = {}, token?: string): Promise<Json> {
   const started = await s.call('POST', procs(ws), { command, ...extra }, token)
   expect(started.status, JSON.stringify(started.body)).toBe(201)
@@ -140,43 +154,32 @@ describe('processes over REST', () => {
     expect((await s.call('POST', '/v1/workspaces', { id: 'old', ttl_seconds: 1 })).status).toBe(201)
     await new Promise((resolve) => setTimeout(resolve, 1200))
     const store = s.app.runtime.workspaces
-    const acquire = store.acquire.bind(store)
-    let entered!: () => void
-    const holding = new Promise<void>((resolve) => { entered = resolve })
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => { release = resolve })
-    store.acquire = async (tenant, id) => { entered(); await gate; return acquire(tenant, id) }
+    const held = holdCalls(store, 'acquire')
     const mark = uniqueSleepSeconds()
     const starting = s.call('POST', procs('old'), { command: `sleep ${mark}` })
-    await holding
+    await held.entered
     const sweeping = store.sweep()
-    release()
+    held.release()
     const started = await starting
     expect(started.status, JSON.stringify(started.body)).toBe(201)
     expect(await sweeping).toBe(0)
     expect((await s.call('GET', `${procs('old')}/${started.body['id']}`)).body).toMatchObject({ state: 'running' })
     expect(await survivorsWith(`sleep ${mark}`, 0)).toHaveLength(1)
-    store.acquire = acquire
+    held.restore()
   })
 
   it('starts nothing once the service has begun stopping, also a start that was preparing then (503)', async () => {
     const s = await server()
-    const runner = s.app.runtime.runner
-    const prepare = runner.prepare.bind(runner)
-    let entered!: () => void
-    const preparing = new Promise<void>((resolve) => { entered = resolve })
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => { release = resolve })
-    runner.prepare = async (options) => { entered(); await gate; return prepare(options) }
+    const held = holdCalls(s.app.runtime.runner, 'prepare')
     const mark = uniqueSleepSeconds()
     const starting = s.call('POST', procs('w'), { command: `sleep ${mark}` })
-    await preparing
+    await held.entered
     const stopping = s.app.runtime.processes.stopAll('KILL')
-    release()
+    held.release()
     expect((await starting).body).toMatchObject({ status: 503, code: 'Overloaded' })
     await stopping
     expect(await survivorsWith(`sleep ${mark}`, 1000)).toEqual([])
-    runner.prepare = prepare
+    held.restore()
   })
 
   it('sends an event stream\'s status and headers at once, before a quiet process writes anything', async () => {
@@ -282,28 +285,19 @@ describe('processes over REST', () => {
       const s = await server()
       expect((await s.call('POST', '/v1/workspaces', { id: 'doomed' })).status).toBe(201)
       // The start is held at that step while the removal is asked for.
-      let entered!: () => void
-      const holding = new Promise<void>((resolve) => { entered = resolve })
-      let release!: () => void
-      const gate = new Promise<void>((resolve) => { release = resolve })
-      const restore = held === 'holding its workspace' ? hold(s.app.runtime.workspaces, 'acquire') : hold(s.app.runtime.runner, 'prepare')
-      function hold<T extends object, K extends keyof T> (target: T, method: K): () => void {
-        const original = target[method] as (...args: unknown[]) => Promise<unknown>
-        target[method] = (async (...args: unknown[]) => { entered(); await gate; return original.apply(target, args) }) as T[K]
-        return () => { target[method] = original as T[K] }
-      }
+      const hold = held === 'holding its workspace' ? holdCalls(s.app.runtime.workspaces, 'acquire') : holdCalls(s.app.runtime.runner, 'prepare')
       const mark = uniqueSleepSeconds()
       const starting = s.call('POST', procs('doomed'), { command: `sleep ${mark}` })
-      await holding
+      await hold.entered
       const deleting = s.call('DELETE', '/v1/workspaces/doomed')
       await new Promise((resolve) => setTimeout(resolve, 100))
-      release()
+      hold.release()
       const [started, deleted] = await Promise.all([starting, deleting])
       // The start came first; the removal, after it, killed its process.
       expect(started.status, JSON.stringify(started.body)).toBe(201)
       expect(deleted.status).toBe(204)
       expect(await survivorsWith(`sleep ${mark}`, 3000)).toEqual([])
-      restore()
+      hold.restore()
       // The id made again is a new workspace: none of the old one's processes, and room for its own.
       expect((await s.call('POST', '/v1/workspaces', { id: 'doomed' })).status).toBe(201)
       expect((await s.call('GET', procs('doomed'))).body).toMatchObject({ processes: [] })
