@@ -71,12 +71,12 @@ export class ProcessTable {
   async start (place: ProcessPlace, request: StartRequest): Promise<ManagedProcess> {
     const { config, denylist, store } = this.#options
     checkShellCommand(request.command, denylist)
-    if (this.#closed) throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
+    if (this.#closed) throw shuttingDown()
     const dir = place.id === null ? place.dir : store.dirOf(place.tenant, place.id)
     if (dir === undefined) throw new Error('a process needs a workspace directory')
     return store.withoutRemoval(dir, async () => {
       // Again: the service may have begun stopping while this start waited its turn.
-      if (this.#closed) throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
+      if (this.#closed) throw shuttingDown()
       if (this.#running(dir) >= config.max_per_workspace) {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
@@ -87,7 +87,7 @@ export class ProcessTable {
         // From here to the table nothing awaits: a close either came before (and nothing starts) or finds the process.
         if (this.#closed) {
           await parts.discard()
-          throw new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
+          throw shuttingDown()
         }
         const endChange = usageOf(dir).beginChange()
         try {
@@ -207,4 +207,9 @@ export class ProcessTable {
   * #all (): Iterable<ManagedProcess> {
     for (const table of this.#byWorkspace.values()) yield * table.values()
   }
+}
+
+/** The refusal of a start while the service stops. */
+function shuttingDown (): ToolError {
+  return new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
 }

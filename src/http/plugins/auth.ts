@@ -41,7 +41,7 @@ export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
         if (!needsAuth(request.routeOptions.url ?? request.url)) return
         const { host, origin } = request.headers
         if (!isLoopbackAuthority(host)) throw new ToolError('PermissionDenied', `without auth tokens, only requests to a loopback host are served, not ${JSON.stringify(host ?? '')}`)
-        if (origin !== undefined && !isLoopbackOrigin(origin)) throw new ToolError('PermissionDenied', `without auth tokens, pages of other sites may not call the service (Origin ${JSON.stringify(origin)})`)
+        if (origin !== undefined && !isLoopbackUrl(origin)) throw new ToolError('PermissionDenied', `without auth tokens, pages of other sites may not call the service (Origin ${JSON.stringify(origin)})`)
       })
     }
     return
@@ -75,18 +75,13 @@ const AUTHORITY = /^(?:\[[0-9A-Fa-f:.]+\]|[^\s:/?#@[\]\\]+)(?::\d*)?$/
 
 /** Whether a Host header (`host[:port]`) names a loopback host. */
 function isLoopbackAuthority (host: string | undefined): boolean {
-  if (host === undefined || !AUTHORITY.test(host)) return false
-  try {
-    return isLoopbackName(new URL(`http://${host}/`).hostname)
-  } catch {
-    return false
-  }
+  return host !== undefined && AUTHORITY.test(host) && isLoopbackUrl(`http://${host}/`)
 }
 
-/** Whether an Origin header is a page served from a loopback host (`null`, an opaque origin, is not). */
-function isLoopbackOrigin (origin: string): boolean {
+/** Whether a URL (an Origin header among them; `null`, an opaque origin, is none) is on a loopback host. */
+function isLoopbackUrl (url: string): boolean {
   try {
-    return isLoopbackName(new URL(origin).hostname)
+    return isLoopbackName(new URL(url).hostname)
   } catch {
     return false
   }
