@@ -58,8 +58,9 @@ async function pinnedAgent (vetted: VettedAddress): Promise<Agent> {
   })
 }
 
-function callerHeaders (headers: Record<string, string> | undefined): Record<string, string> {
-  return Object.fromEntries(Object.entries(headers ?? {}).filter(([name]) => !DROPPED_HEADERS.has(name.toLowerCase())))
+/** `headers` without those named in `dropped` (lower case), in any letter case. */
+function without (headers: Record<string, string>, dropped: ReadonlySet<string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(headers).filter(([name]) => !dropped.has(name.toLowerCase())))
 }
 
 async function readCapped (body: AsyncIterable<Buffer> & { destroy: () => void }, maxBytes: number): Promise<{ data: Buffer, complete: boolean, read: number }> {
@@ -111,7 +112,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
       let method = (args.method ?? 'GET').toUpperCase()
       const timeout = AbortSignal.timeout(FETCH_TIMEOUT_MS)
       const signal = AbortSignal.any([ctx.signal, timeout])
-      let headers = callerHeaders(args.headers)
+      let headers = without(args.headers ?? {}, DROPPED_HEADERS)
       for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
         const agent = guarded ? await pinnedAgent(await vetHost(url, resolve, policy)) : undefined
         try {
@@ -122,7 +123,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
             await response.body.dump()
             if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) method = 'GET'
             const next = parseUrl(location, guarded, url)
-            if (next.origin !== url.origin) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !CREDENTIAL_HEADERS.has(name.toLowerCase())))
+            if (next.origin !== url.origin) headers = without(headers, CREDENTIAL_HEADERS)
             url = next
             continue
           }
