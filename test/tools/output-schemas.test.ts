@@ -171,7 +171,9 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
     expect((await run('process_input', { process_id: result['process_id'], input: 'x\n', eof: true, wait_ms: 5000 })).result).toMatchObject({ output: 'x\n', next: 2 })
   },
   async process_kill ({ run }) {
-    const { result } = await run('process_start', { command: 'echo a; sleep 60', yield_ms: 0 })
+    const { result } = await run('process_start', { command: 'echo a; touch written; sleep 60', yield_ms: 0 })
+    // Killed once it has written (a kill sent at once may land before the echo runs).
+    await run('exec_shell', { command: 'while [ ! -e written ]; do sleep 0.01; done' })
     expect((await run('process_kill', { process_id: result['process_id'], signal: 'KILL' })).result).toMatchObject({ state: 'killed', output: 'a\n', next: 2 })
   },
   async process_list ({ run }) {
