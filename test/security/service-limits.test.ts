@@ -3,6 +3,7 @@
  * error bodies within the result limit, parallel batches that wait instead of
  * being refused, the batch size cap.
  */
+import { gzipSync } from 'node:zlib'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 
@@ -106,6 +107,22 @@ describe('request bodies', () => {
     })
     expect(response.statusCode).toBe(400)
     expect(response.json()).toMatchObject({ code: 'InvalidArgs', detail: expect.stringContaining('__proto__') })
+  })
+
+  it('refuses a compressed body or another charset as such, not as "not valid JSON"', async () => {
+    const app = await buildTestApp()
+    const url = '/v1/tools/read_file/execute'
+    const json = JSON.stringify({ arguments: { path: 'a' } })
+    const gzipped = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: gzipSync(json) })
+    expect(gzipped.statusCode).toBe(400)
+    expect(gzipped.json()).toMatchObject({ code: 'BadRequest', detail: 'Content-Encoding "gzip" is not supported: send the body uncompressed' })
+    const utf16 = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json; charset=utf-16le' }, payload: Buffer.from(json, 'utf16le') })
+    expect(utf16.json()).toMatchObject({ code: 'BadRequest', detail: 'charset "utf-16le" is not supported: send JSON in UTF-8' })
+    // What is plain UTF-8 goes on to the tool (no workspace file: FileNotFound).
+    for (const headers of [{ 'content-type': 'application/json; charset=UTF-8', 'content-encoding': 'identity' }, { 'content-type': 'application/json;charset="utf8"' }]) {
+      const plain = await app.inject({ method: 'POST', url, headers, payload: json })
+      expect(plain.json().code).toBe('FileNotFound')
+    }
   })
 
   it('takes an empty JSON body of a bodiless request as no body (a DELETE as the Python MCP SDK sends it)', async () => {

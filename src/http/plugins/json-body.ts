@@ -4,6 +4,8 @@
  * and an empty body, as the Python MCP SDK's session end does: that is no
  * body, not an error. Keys that would poison a prototype (`__proto__`,
  * `constructor.prototype`) are refused with a message that names them.
+ * Bodies are read as sent, in UTF-8 (as JSON must be): a compressed one or
+ * another charset is refused as such, not as "not valid JSON".
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ToolError } from '../../errors.ts'
@@ -22,6 +24,7 @@ export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request: FastifyRequest, body, done) => {
     const text = String(body)
     try {
+      refuseEncoding(request)
       if (text.trim() !== '') return done(null, parseBody(text))
       if (BODILESS_METHODS.has(request.method)) return done(null, undefined)
       if (emptyBody) return done(null, emptyBody())
@@ -37,6 +40,20 @@ export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown
     if (request.body === undefined && noBody && !BODILESS_METHODS.has(request.method)) request.body = emptyBody()
     done()
   })
+}
+
+/** The longest header value a refusal quotes. */
+const QUOTED_HEADER_CHARS = 40
+
+function refuseEncoding (request: FastifyRequest): void {
+  const encoding = request.headers['content-encoding']?.trim()
+  if (encoding && encoding.toLowerCase() !== 'identity') {
+    throw new ToolError('BadRequest', `Content-Encoding ${JSON.stringify(encoding.slice(0, QUOTED_HEADER_CHARS))} is not supported: send the body uncompressed`)
+  }
+  const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(request.headers['content-type'] ?? '')?.[1]
+  if (charset !== undefined && !/^utf-?8$/i.test(charset)) {
+    throw new ToolError('BadRequest', `charset ${JSON.stringify(charset.slice(0, QUOTED_HEADER_CHARS))} is not supported: send JSON in UTF-8`)
+  }
 }
 
 function parseBody (text: string): unknown {
