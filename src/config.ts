@@ -71,13 +71,19 @@ export function parseConfig (raw: unknown): Config {
   const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => s.command !== undefined && s.url !== undefined)
   if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, not both`)
   for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {
-    if (server.url !== undefined) checkMcpUrl(`tools.mcp_servers.${name}.url`, server.url)
+    if (server.url !== undefined) checkOutgoingUrl(`tools.mcp_servers.${name}.url`, server.url)
   }
+  if (copy.tools.web_search.endpoint !== undefined) checkOutgoingUrl('tools.web_search.endpoint', copy.tools.web_search.endpoint)
+  for (const [name, channel] of Object.entries(copy.channels)) checkOutgoingUrl(`channels.${name}.webhook`, channel.webhook)
   return { ...copy, workspaces: { ...copy.workspaces, root: copy.workspaces.root ?? path.join(os.tmpdir(), 'toolport-workspaces') } }
 }
 
-/** An MCP server's URL: http(s), and no user or password in it (they would never be sent, and would be logged). */
-function checkMcpUrl (key: string, value: string): void {
+/**
+ * A URL the service sends requests to (an MCP server, the search endpoint, a
+ * channel's webhook): http(s), checked at start rather than failing each call,
+ * and no user or password in it (they would never be sent, and would be logged).
+ */
+function checkOutgoingUrl (key: string, value: string): void {
   let url: URL
   try {
     url = new URL(value)

@@ -118,6 +118,16 @@ export function toProblem (error: ToolError, requestId: string, tool?: string): 
 }
 
 /**
+ * Whether a thrown value is a failure of the service, for the log at error
+ * level, rather than an answer it chose: anything not a ToolError, and
+ * ExecutionFailed. A timeout or an overload is the caller's answer (a
+ * call's completion line records its code).
+ */
+export function isFailure (thrown: unknown): boolean {
+  return !(thrown instanceof ToolError) || thrown.code === 'ExecutionFailed'
+}
+
+/**
  * Any thrown value as a ToolError. Unknown errors become ExecutionFailed with
  * a generic detail: their message may hold paths or stack frames, so it goes
  * to the log only (the caller logs `cause`).

@@ -1,7 +1,8 @@
 /**
  * The service's pino logger: JSON lines (pretty only on a terminal), with
  * every place a secret could appear redacted — bearer tokens in headers,
- * configured tokens, MCP servers' and channels' environments and webhook URLs.
+ * configured tokens, MCP servers' and channels' environments and webhook URLs —
+ * and errors reduced to what says what went wrong.
  */
 import { createRequire } from 'node:module'
 import { type DestinationStream, type Logger, pino } from 'pino'
@@ -24,6 +25,22 @@ export const REDACT_PATHS = [
   'webhook',
   '*.webhook',
 ]
+
+/**
+ * What of an error a log line keeps: its kind, its message and stack (with
+ * its causes'), and its codes. Nothing else: a ToolError's `extra` is the
+ * caller's (a timed-out command's output), and other errors carry what they
+ * were given (a URL, with its key in the query).
+ */
+const LOGGED_ERROR_FIELDS = ['type', 'message', 'stack', 'code', 'errno', 'syscall', 'statusCode']
+
+function loggedError (error: unknown): unknown {
+  const serialized = pino.stdSerializers.err(error as Error) as unknown as Record<string, unknown>
+  if (serialized === error) return error
+  const kept = Object.fromEntries(LOGGED_ERROR_FIELDS.filter((key) => serialized[key] !== undefined).map((key) => [key, serialized[key]]))
+  const aggregated = serialized['aggregateErrors']
+  return Array.isArray(aggregated) ? { ...kept, aggregateErrors: aggregated.map((inner: { raw?: unknown }) => loggedError(inner.raw)) } : kept
+}
 
 const LOG_BATCH_BYTES = 4096
 const LOG_FLUSH_MS = 200
@@ -89,7 +106,7 @@ function prettyStdout (): DestinationStream {
 
 /** The logger for `config`; `destination` (tests) replaces stdout. */
 export function createLogger (config: Config, options: { destination?: DestinationStream, pretty?: boolean } = {}): Logger {
-  const base = { level: config.logging.level, redact: { paths: REDACT_PATHS, censor: REDACTED } }
+  const base = { level: config.logging.level, redact: { paths: REDACT_PATHS, censor: REDACTED }, serializers: { err: loggedError } }
   if (options.destination) return pino(base, options.destination)
   if (options.pretty ?? process.stdout.isTTY) return pino(base, prettyStdout())
   return pino(base, logDestination(1))

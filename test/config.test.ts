@@ -39,6 +39,11 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { web: { url: 'ftp://mcp.example/' } } } }))).toBe('config: tools.mcp_servers.web.url: must be an http(s) URL')
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { web: { url: 'mcp.example' } } } }))).toBe('config: tools.mcp_servers.web.url: must be an http(s) URL')
     expect(parseConfig({ tools: { mcp_servers: { web: { url: 'https://mcp.example/mcp?api_key=k' } } } }).tools.mcp_servers['web']?.url).toBe('https://mcp.example/mcp?api_key=k')
+    // The other URLs the service sends to: checked at start, not by every call (whose error carried the URL, key and all, to the log).
+    expect(messageOf(() => parseConfig({ tools: { web_search: { endpoint: '127.0.0.1:8888/search?apikey=k' } } }))).toBe('config: tools.web_search.endpoint: must be an http(s) URL')
+    expect(messageOf(() => parseConfig({ tools: { web_search: { endpoint: 'https://u:p@search.example/' } } }))).toMatch(/^config: tools\.web_search\.endpoint: must not hold a user or password/)
+    expect(messageOf(() => parseConfig({ channels: { ops: { webhook: 'hooks.example/h' } } }))).toBe('config: channels.ops.webhook: must be an http(s) URL')
+    expect(parseConfig({ tools: { web_search: { endpoint: 'http://127.0.0.1:8888/search?apikey=k' } }, channels: { ops: { webhook: 'https://hooks.example/h?k=1' } } }).channels['ops']?.webhook).toBe('https://hooks.example/h?k=1')
     expect(messageOf(() => parseConfig([]))).toMatch(/top level/)
     // A duration past what a timer takes (about 24.8 days, less what the service adds) would fire at once.
     expect(messageOf(() => parseConfig({ tools: { processes: { timeout_max: 3_000_000 } } }))).toBe('config: tools.processes.timeout_max: must be <= 2073600')

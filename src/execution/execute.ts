@@ -5,7 +5,7 @@
  * completion log line happen here, once.
  */
 import type { Logger } from 'pino'
-import { asToolError, ToolError } from '../errors.ts'
+import { asToolError, isFailure, ToolError } from '../errors.ts'
 import type { NameMatcher } from './globs.ts'
 import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
@@ -210,7 +210,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
     }
   } catch (thrown) {
     const error = asToolError(thrown)
-    if (error !== thrown || error.status >= 500) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
+    if (isFailure(thrown)) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
     outcome = { ok: false, tool: toolName, error: withinLimit(stoppedByShutdown(error, services.killSignal), maxResultBytes), durationMs: 0 }
   } finally {
     disposeSignal?.()

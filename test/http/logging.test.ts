@@ -3,6 +3,7 @@ import { Writable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
 import { buildApp } from '../../src/app.ts'
 import { parseConfig } from '../../src/config.ts'
+import { ToolError } from '../../src/errors.ts'
 import { createLogger, REDACTED } from '../../src/logger.ts'
 import { onCleanup, tempDir } from '../helper.ts'
 
@@ -71,5 +72,29 @@ describe('logging', () => {
     const text = JSON.stringify(lines)
     for (const secret of ['h1', 'h2', 'c1', 'c2', 'c3', 'c4']) expect(text).not.toMatch(new RegExp(`\\b${secret}\\b`))
     expect(lines.find((l) => l['msg'] === 'config')?.['config']).toEqual({ token: REDACTED })
+  })
+
+  it('never logs what a command printed, even when it timed out', async () => {
+    const { app, lines } = await appWithLogCapture()
+    const answer = await app.inject({ method: 'POST', url: '/v1/tools/exec_shell/execute', payload: { arguments: { command: 'echo out-secret-1; echo err-secret-2 >&2; sleep 5', timeout: 1 } } })
+    // The caller gets what it printed; the log only that it timed out.
+    expect(answer.json()).toMatchObject({ code: 'Timeout', partial_stdout: 'out-secret-1\n', partial_stderr: 'err-secret-2\n' })
+    expect(lines.find((l) => l['msg'] === 'tool call finished')).toMatchObject({ tool: 'exec_shell', code: 'Timeout' })
+    const text = JSON.stringify(lines)
+    expect(text).not.toContain('out-secret-1')
+    expect(text).not.toContain('err-secret-2')
+  })
+
+  it('keeps of an error its kind, message, stack and code, never what it carries', async () => {
+    const { app, lines } = await appWithLogCapture()
+    const withInput = Object.assign(new TypeError('Invalid URL'), { code: 'ERR_INVALID_URL', input: 'host/search?apikey=key-secret-3' })
+    app.log.error({ err: withInput }, 'raw')
+    app.log.error({ err: new ToolError('ExecutionFailed', 'the tool failed', { extra: { partial_stdout: 'out-secret-4' }, cause: withInput }) }, 'tool')
+    app.log.error({ err: new AggregateError([withInput], 'all failed') }, 'aggregate')
+    expect(JSON.stringify(lines)).not.toMatch(/secret-[34]/)
+    expect(lines.find((l) => l['msg'] === 'raw')?.['err']).toEqual({ type: 'TypeError', message: 'Invalid URL', stack: expect.stringContaining('TypeError: Invalid URL'), code: 'ERR_INVALID_URL' })
+    // A cause's message and stack come with its error's.
+    expect(lines.find((l) => l['msg'] === 'tool')?.['err']).toMatchObject({ type: 'ToolError', message: 'the tool failed: Invalid URL', code: 'ExecutionFailed', stack: expect.stringContaining('caused by: TypeError: Invalid URL') })
+    expect(lines.find((l) => l['msg'] === 'aggregate')?.['err']).toMatchObject({ type: 'AggregateError', aggregateErrors: [{ type: 'TypeError', code: 'ERR_INVALID_URL' }] })
   })
 })

@@ -5,7 +5,7 @@
  * the log only.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { PROBLEM_CONTENT_TYPE, toProblem, ToolError } from '../../errors.ts'
+import { isFailure, PROBLEM_CONTENT_TYPE, toProblem, ToolError } from '../../errors.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -76,7 +76,7 @@ function namedTool (request: FastifyRequest): string | undefined {
  */
 function logFailure (request: FastifyRequest, error: FastifyError, problem: ToolError): void {
   if (problem.status < 500) return
-  if (error instanceof ToolError && problem.code !== 'ExecutionFailed') {
+  if (!isFailure(error)) {
     request.log.debug({ code: problem.code, detail: problem.message }, 'answered with a problem')
     return
   }
