@@ -167,6 +167,25 @@ describe('without tokens', () => {
     expect((await app.inject({ url: '/healthz', headers: { host: 'attacker.example' } })).statusCode).toBe(200)
   })
 
+  it('opens MCP sessions for every Host the rest of the service serves, however it is written', async () => {
+    const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } }
+    const mcp = (app: App, headers: Record<string, string>) => app.inject({ method: 'POST', url: '/mcp', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers }, payload: initialize })
+    // The SDK's transport answered these with a bare 400 of its own, where /v1 served them.
+    const cases: Array<[App, Record<string, string>]> = [
+      [await buildTestApp(), { host: '[::ffff:127.0.0.1]' }],
+      [await buildTestApp(), { host: '[0:0::1]:8080' }],
+      [await authApp(), { host: 'b\u00fccher.example', authorization: 'Bearer acme-all' }],
+      [await authApp(), { host: '[fd00:0:0::1]:8080', authorization: 'Bearer acme-all' }],
+    ]
+    for (const [app, headers] of cases) {
+      const answer = await mcp(app, headers)
+      expect(answer.statusCode, headers['host']).toBe(200)
+      expect(answer.headers['mcp-session-id'], headers['host']).toEqual(expect.any(String))
+    }
+    const junk = await mcp(await authApp(), { host: 'a b', authorization: 'Bearer acme-all' })
+    expectProblem({ status: junk.statusCode, body: junk.json(), headers: junk.headers }, 400, 'BadRequest')
+  })
+
   it('refuses the pages of other sites (Origin), and serves pages of loopback hosts', async () => {
     const app = await buildTestApp()
     for (const origin of ['http://attacker.example', 'https://127.0.0.1.attacker.example', 'null', 'not a URL']) {

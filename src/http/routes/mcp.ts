@@ -28,6 +28,14 @@ function allowedOf (request: FastifyRequest): NameMatcher | undefined {
   return typeof allowed === 'string' ? globMatcher(parseGlobList(allowed)) : undefined
 }
 
+/** A Host header as a URL spells it (`[::ffff:7f00:1]`, `xn--bcher-kva.example`); BadRequest when it is no host[:port]. */
+function urlHostOf (host: string): string {
+  try {
+    if (/^[^/?#@\\\s]+$/.test(host)) return new URL(`http://${host}`).host
+  } catch {}
+  throw new ToolError('BadRequest', 'the Host header is not a host name or address with an optional port')
+}
+
 interface McpServerSide {
   sessions: McpSessions
   isInitializeRequest: (value: unknown) => boolean
@@ -42,6 +50,12 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
     return loading
   }
   app.addHook('onClose', async () => { if (loading) await (await loading).sessions.closeAll() })
+  // The SDK's transport builds each request's URL again and answers a bare 400 of its own when that
+  // changes the Host (an IPv6 address written out, a name in Unicode): it gets the Host as a URL spells it.
+  app.addHook('preHandler', async (request) => {
+    const { headers } = request.raw
+    if (headers.host !== undefined) headers.host = urlHostOf(headers.host)
+  })
 
   const forward = async (request: FastifyRequest, reply: FastifyReply, transport: { handleRequest: (req: never, res: never, body?: unknown) => Promise<void> }) => {
     reply.hijack()
