@@ -62,6 +62,9 @@ export interface ToolContext {
   markTruncated?: () => void
 }
 
+/** The longest tool name the service takes (in a URL, a batch item): a source's tool with a longer one is left out of the catalog. */
+export const MAX_TOOL_NAME_CHARS = 256
+
 export interface Tool<Args = Record<string, unknown>> {
   name: string
   description: string

@@ -1,6 +1,7 @@
 /** Shared route schemas (they also make the OpenAPI document). */
 import { Type } from '@sinclair/typebox'
 import { ERROR_STATUS } from '../errors.ts'
+import { MAX_TOOL_NAME_CHARS } from '../execution/tool.ts'
 
 export const ProblemSchema = Type.Object({
   type: Type.String(),
@@ -23,6 +24,9 @@ export function problems (...statuses: number[]): Record<number, unknown> {
 export const AnyJson = Type.Unsafe<unknown>({})
 
 export const JsonObject = Type.Object({}, { additionalProperties: true })
+
+/** `:name` of the routes of one tool. */
+export const ToolNameParams = Type.Object({ name: Type.String({ minLength: 1, maxLength: MAX_TOOL_NAME_CHARS }) })
 
 export const ToolEntry = Type.Object({
   name: Type.String(),

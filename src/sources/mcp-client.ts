@@ -10,7 +10,7 @@ import type { RequestOptions } from '@modelcontextprotocol/sdk/shared/protocol.j
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import type { McpServerConfig } from '../config.ts'
-import type { AnyTool, ToolContext } from '../execution/tool.ts'
+import { type AnyTool, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { disconnect, isConnectionGone, McpConnector, type McpConnection } from './mcp-connection.ts'
 import { errorOf, shortMessage, wrapTools } from './mcp-tools.ts'
@@ -143,6 +143,9 @@ export class McpClientSource {
       this.#published = listing
       const { name, config } = this.#options
       this.#tools = wrapTools(name, tools, config.internal_only, (tool, args, ctx) => this.#call(tool, args, ctx))
+      if (this.#tools.length < tools.length) {
+        this.#options.log.warn({ left_out: tools.length - this.#tools.length }, `left out MCP tools whose names, with the server's prefix, are longer than ${MAX_TOOL_NAME_CHARS} characters`)
+      }
     }
     this.#notify()
   }

@@ -5,7 +5,7 @@
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
-import { type AnyTool, hintsOf, type JsonSchema, type ToolContext } from '../execution/tool.ts'
+import { type AnyTool, hintsOf, type JsonSchema, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
 import { clipText } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
 
@@ -17,10 +17,15 @@ const EMPTY_SCHEMA: JsonSchema = { type: 'object', properties: {} }
 /** Calls a tool (by its upstream name) on the server's current connection. */
 export type CallUpstream = (name: string, args: Record<string, unknown>, ctx: ToolContext) => Promise<CallToolResult>
 
-/** The registry tools of one server: `{server}__{tool}`, all calling through `call`. */
+/**
+ * The registry tools of one server: `{server}__{tool}`, all calling through
+ * `call`; a tool whose name would be longer than the service takes is left
+ * out (it could be listed, never called).
+ */
 export function wrapTools (server: string, tools: McpTool[], internal: boolean, call: CallUpstream): AnyTool[] {
-  return tools.map((tool) => ({
-    name: `${server}__${tool.name}`,
+  const nameOf = (tool: McpTool): string => `${server}__${tool.name}`
+  return tools.filter((tool) => nameOf(tool).length <= MAX_TOOL_NAME_CHARS).map((tool) => ({
+    name: nameOf(tool),
     description: tool.description ?? '',
     parameters: tool.inputSchema ?? EMPTY_SCHEMA,
     source: 'mcp' as const,

@@ -10,6 +10,7 @@ import type { ChatCompletionTool } from 'openai/resources/chat/completions/compl
 import type { FunctionTool, ResponseInputItem } from 'openai/resources/responses/responses'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
+import { FIXTURE } from '../sources/mcp-helpers.ts'
 import { strictViolations } from '../support/openai-strict.ts'
 
 const ALL = { tools: { builtin: ['*'] } }
@@ -143,5 +144,22 @@ describe('each tool as an OpenAPI operation', () => {
     expect(missing.headers['content-type']).toContain('application/problem+json')
     expect(missing.json()).toMatchObject({ code: 'FileNotFound', tool: 'read_file' })
     expect((await app.inject({ method: 'POST', url: '/v1/tools/exec_shell/invoke', headers, payload: { command: 'true' } })).json()).toMatchObject({ code: 'PermissionDenied' })
+  })
+
+  it('keeps a schema whose references point into its own $defs resolvable inside the document (Pydantic writes them so)', async () => {
+    const app = await buildTestApp({ tools: { mcp_servers: { odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'], internal_only: false } } } })
+    await app.runtime.whenReady()
+    const document = (await app.inject({ url: '/v1/openapi/tools.json' })).json()
+    // `#/$defs/Item` would resolve from the document's root, which has no $defs.
+    const dereferenced = await SwaggerParser.dereference(structuredClone(document)) as { paths: Record<string, { post: { requestBody: { content: { 'application/json': { schema: { properties: { item: { properties: Record<string, unknown>, required: string[] } } } } } } } }> }
+    const schema = dereferenced.paths['/v1/tools/odd__nested/invoke']?.post.requestBody.content['application/json'].schema
+    expect(schema?.properties.item.required).toEqual(['label'])
+    expect(Object.keys(schema?.properties.item.properties ?? {})).toEqual(['label', 'child'])
+    await SwaggerParser.validate(structuredClone(document))
+    // A schema without references stays inline, as before.
+    expect(document.paths['/v1/tools/read_file/invoke'].post.requestBody.content['application/json'].schema.properties).toHaveProperty('path')
+    const item = { label: 'a', child: { label: 'b', child: null } }
+    const answer = await app.inject({ method: 'POST', url: '/v1/tools/odd__nested/invoke', payload: { item } })
+    expect(JSON.parse(answer.json().content[0].text)).toEqual({ item })
   })
 })

@@ -7,13 +7,13 @@ import { readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { exec, tempDir } from '../helper.ts'
-import { FAIL_TEXT } from '../fixtures/mcp-server.mjs'
+import { FAIL_TEXT, LONG_TOOL_NAME } from '../fixtures/mcp-server.mjs'
 import { expectProblem } from '../support/problem.ts'
 import { freePort } from '../support/server-process.ts'
 import { parseConfig } from '../../src/config.ts'
 import { McpClientSource } from '../../src/sources/mcp-client.ts'
 import { capturingLogger, eventually, isAlive } from './helpers.ts'
-import { catalogNames, EVERYTHING, mcpApp, statsOf, stdioFixture, textOf } from './mcp-helpers.ts'
+import { catalogNames, EVERYTHING, FIXTURE, mcpApp, statsOf, stdioFixture, textOf } from './mcp-helpers.ts'
 
 const FIXTURE_TOOLS = ['add', 'crash', 'echo', 'env', 'fail', 'grow', 'slow', 'stats']
 
@@ -78,6 +78,25 @@ describe('MCP servers over stdio', () => {
     expect(source.lastError).toBe('no command or url')
     expect(lines.map((line) => line.msg)).toEqual(['MCP server skipped: it has no command or url'])
     await source.close()
+  })
+
+  it('leaves out a tool whose name, with the server\'s prefix, is longer than the service takes, with a warning', async () => {
+    const { log, lines } = capturingLogger()
+    const config = parseConfig({ tools: { mcp_servers: { odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'] } } } }).tools.mcp_servers['odd']
+    if (!config) throw new Error('no config')
+    let names: string[] = []
+    const source = new McpClientSource({ name: 'odd', config, log, onChange: (tools) => { names = tools.map((tool) => tool.name) } })
+    try {
+      await source.start()
+      expect(source.state).toBe('up')
+      // Listed, it could never be called: every route and batch takes names of at most 256 characters.
+      expect(names).toContain('odd__nested')
+      expect(names.some((name) => name.includes(LONG_TOOL_NAME))).toBe(false)
+      expect(names.every((name) => name.length <= 256)).toBe(true)
+      expect(lines).toEqual([expect.objectContaining({ left_out: 1, msg: expect.stringContaining('longer than 256 characters') })])
+    } finally {
+      await source.close()
+    }
   })
 
   it('reconnects a crashed server with backoff; meanwhile its tools answer ExecutionFailed', async () => {

@@ -11,16 +11,53 @@ import type { Runtime } from '../../runtime.ts'
 import { VERSION } from '../../version.ts'
 import { runOneCall } from '../caller.ts'
 import { sendProblem } from '../plugins/problem.ts'
-import { AnyJson, JsonObject, problems } from '../schemas.ts'
+import { AnyJson, JsonObject, problems, ToolNameParams } from '../schemas.ts'
 
 /** The header that names a persistent workspace for an invocation (the body is all arguments). */
 export const WORKSPACE_HEADER = 'toolport-workspace'
 
-const NameParams = Type.Object({ name: Type.String({ minLength: 1, maxLength: 256 }) })
-
+const PROBLEM_SCHEMA = { type: 'object', required: ['type', 'title', 'status', 'detail', 'code', 'request_id'], properties: { type: { type: 'string' }, title: { type: 'string' }, status: { type: 'integer' }, detail: { type: 'string' }, code: { type: 'string' }, request_id: { type: 'string' }, tool: { type: 'string' } } }
 const problemResponse = { description: 'A problem (RFC 9457)', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } }
 
-function operationOf (tool: AnyTool): Record<string, unknown> {
+/** Keywords whose values are data, not schemas: a `$ref` in them is a value like any other. */
+const DATA_KEYWORDS = new Set(['const', 'enum', 'default', 'examples', 'example'])
+
+/** `schema` with every local reference (`#…`) made to start at `base`; undefined when it has none. */
+function rebased (schema: unknown, base: string): unknown {
+  let changed = false
+  const walk = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(walk)
+    if (value === null || typeof value !== 'object') return value
+    return Object.fromEntries(Object.entries(value).map(([key, inner]) => {
+      if (key === '$ref' && typeof inner === 'string' && inner.startsWith('#')) {
+        changed = true
+        return [key, base + inner.slice(1)]
+      }
+      return [key, DATA_KEYWORDS.has(key) ? inner : walk(inner)]
+    }))
+  }
+  const result = walk(schema)
+  return changed ? result : undefined
+}
+
+/**
+ * A tool's arguments schema as a part of this document. A local reference
+ * in it (`#/$defs/Item`, as Pydantic writes them) would resolve from the
+ * document's root, where there is none of it: such a schema is kept whole
+ * under components/schemas, its references made to point there.
+ */
+function argumentsSchema (tool: AnyTool, schemas: Record<string, unknown>): unknown {
+  const base = tool.name.replace(/[^A-Za-z0-9._-]/g, '_')
+  let key = `${base}.arguments`
+  for (let n = 2; key in schemas; n++) key = `${base}.arguments-${n}`
+  const ref = `#/components/schemas/${key}`
+  const schema = rebased(tool.parameters, ref)
+  if (schema === undefined) return tool.parameters
+  schemas[key] = schema
+  return { $ref: ref }
+}
+
+function operationOf (tool: AnyTool, schemas: Record<string, unknown>): Record<string, unknown> {
   return {
     post: {
       operationId: tool.name,
@@ -28,7 +65,7 @@ function operationOf (tool: AnyTool): Record<string, unknown> {
       description: tool.description,
       tags: [tool.source],
       parameters: [{ name: WORKSPACE_HEADER, in: 'header', required: false, description: 'A persistent workspace id; without it the call runs in a fresh workspace', schema: { type: 'string' } }],
-      requestBody: { required: true, content: { 'application/json': { schema: tool.parameters } } },
+      requestBody: { required: true, content: { 'application/json': { schema: argumentsSchema(tool, schemas) } } },
       responses: {
         200: { description: 'The tool\'s result', content: { 'application/json': { schema: {} } } },
         default: problemResponse,
@@ -39,12 +76,13 @@ function operationOf (tool: AnyTool): Record<string, unknown> {
 
 /** The OpenAPI 3.1 document of the tools `tools` (the caller's catalog). */
 export function toolsDocument (tools: AnyTool[], withAuth: boolean): Record<string, unknown> {
+  const schemas: Record<string, unknown> = { Problem: PROBLEM_SCHEMA }
   return {
     openapi: '3.1.0',
     info: { title: 'Toolport tools', version: VERSION, description: 'Each tool of this catalog as one operation: POST its arguments, get its result.' },
-    paths: Object.fromEntries(tools.map((tool) => [`/v1/tools/${encodeURIComponent(tool.name)}/invoke`, operationOf(tool)])),
+    paths: Object.fromEntries(tools.map((tool) => [`/v1/tools/${encodeURIComponent(tool.name)}/invoke`, operationOf(tool, schemas)])),
     components: {
-      schemas: { Problem: { type: 'object', required: ['type', 'title', 'status', 'detail', 'code', 'request_id'], properties: { type: { type: 'string' }, title: { type: 'string' }, status: { type: 'integer' }, detail: { type: 'string' }, code: { type: 'string' }, request_id: { type: 'string' }, tool: { type: 'string' } } } },
+      schemas,
       ...(withAuth ? { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } } : {}),
     },
     ...(withAuth ? { security: [{ bearer: [] }] } : {}),
@@ -60,7 +98,7 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
     schema: {
       summary: 'Run one tool call with the arguments as the body; answers the bare result',
       tags: ['tools'],
-      params: NameParams,
+      params: ToolNameParams,
       headers: Type.Object({ [WORKSPACE_HEADER]: Type.Optional(Type.String()) }),
       body: JsonObject,
       response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },

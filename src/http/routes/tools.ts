@@ -8,7 +8,7 @@ import { catalog, CATALOG_FORMATS, type CatalogFormat, nativeEntry } from '../..
 import { runOneCall } from '../caller.ts'
 import { notModified } from '../etag.ts'
 import { sendProblem } from '../plugins/problem.ts'
-import { AnyJson, JsonObject, problems, ToolEntry } from '../schemas.ts'
+import { AnyJson, JsonObject, problems, ToolEntry, ToolNameParams } from '../schemas.ts'
 
 const CatalogQuery = Type.Object({
   format: Type.Optional(Type.Unsafe<CatalogFormat>({ type: 'string', enum: [...CATALOG_FORMATS], description: 'Envelope of each tool (default native)' })),
@@ -17,8 +17,6 @@ const CatalogQuery = Type.Object({
 })
 
 const NotModified = Type.Null({ description: 'Not modified: the If-None-Match ETag is current' })
-
-const NameParams = Type.Object({ name: Type.String({ minLength: 1, maxLength: 256 }) })
 
 const ExecuteBody = Type.Object({
   arguments: Type.Optional(Type.Unsafe<unknown>({ description: 'The tool arguments: an object, or its JSON as a string (as OpenAI sends it)' })),
@@ -47,7 +45,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
   })
 
   app.get('/v1/tools/:name', {
-    schema: { summary: 'One tool', tags: ['tools'], params: NameParams, response: { 200: ToolEntry, 304: NotModified, ...problems(401, 404) } },
+    schema: { summary: 'One tool', tags: ['tools'], params: ToolNameParams, response: { 200: ToolEntry, 304: NotModified, ...problems(401, 404) } },
   }, async (request, reply) => {
     const tool = runtime.registry.get(request.params.name)
     // Out of scope looks exactly like absent: a token must not learn what it cannot use.
@@ -62,7 +60,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
     schema: {
       summary: 'Run one tool call',
       tags: ['tools'],
-      params: NameParams,
+      params: ToolNameParams,
       body: ExecuteBody,
       response: { 200: ExecuteReply, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
