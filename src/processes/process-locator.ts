@@ -149,22 +149,48 @@ export class ProcessLocator {
 
   /**
    * Runs a call that runs commands (`tool`) at the instance whose processes
-   * run in the asker's workspace, where that workspace's network is; the
-   * answer as it came, or undefined when no other instance runs one (or the
-   * one that did is gone, before anything was sent: the call runs here).
+   * run in the asker's workspace, where that workspace's network is: the
+   * answer as it came, or undefined when it runs here (#atHome).
    */
-  async runAtHome (tool: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
+  runAtHome (tool: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
+    return this.#atHome(asker, (owner) => this.#execute(owner, tool, args, asker, this.#options.longestCallMs))
+  }
+
+  /**
+   * Starts a process (`body`: what `POST …/processes` takes) at the instance
+   * whose processes run in the asker's workspace, so that it joins their
+   * network: the process it started, or undefined when it starts here.
+   */
+  async startAtHome (body: unknown, asker: Asker): Promise<ProcessInfo | undefined> {
+    return await this.#atHome(asker, async (owner) => await this.#options.peers.json(owner, {
+      method: 'POST',
+      path: `/v1/workspaces/${encodeURIComponent(asker.workspace ?? '')}/processes`,
+      body,
+      credentials: asker.credentials,
+      requestId: asker.requestId,
+      signal: asker.signal,
+    }) as ProcessInfo)
+  }
+
+  /**
+   * `send` to the instance whose processes run in the asker's workspace
+   * (the oldest running one's): its answer, or undefined when no other
+   * instance runs one, or the one that did is gone before anything was
+   * sent (the caller goes on here). Gone after the request was sent, it may
+   * have acted on it: that is a failure whose outcome is unknown, never a
+   * second run here.
+   */
+  async #atHome<T> (asker: Asker, send: (owner: Owner) => Promise<T>): Promise<T | undefined> {
     if (asker.workspace === null || asker.forwarded === true) return undefined
     const running = (await this.#options.records.running(asker.tenant, asker.workspace))
       .filter((record) => this.#ownerOf(record) !== null)
       .sort((a, b) => a.started_at.localeCompare(b.started_at))
     for (const record of running) {
-      const owner = this.#ownerOf(record) as Owner
       try {
-        return await this.#execute(owner, tool, args, asker, this.#options.longestCallMs)
+        return await send(this.#ownerOf(record) as Owner)
       } catch (error) {
         if (!(error instanceof OwnerGone)) throw error
-        if (error.maybeDelivered) throw new ToolError('Overloaded', 'the instance that runs this workspace\'s processes stopped answering during the call; it may have run there', { retryAfterSeconds: 1 })
+        if (error.maybeDelivered) throw new ToolError('ExecutionFailed', 'the instance that runs this workspace\'s processes stopped answering during the request: it may have acted on it, and the outcome is unknown')
         this.ownerUnreachable(asker.tenant, record, error.reason)
       }
     }

@@ -151,7 +151,7 @@ describe('each tool as an OpenAPI operation', () => {
     await app.runtime.whenReady()
     const document = (await app.inject({ url: '/v1/openapi/tools.json' })).json()
     // `#/$defs/Item` would resolve from the document's root, which has no $defs.
-    const dereferenced = await SwaggerParser.dereference(structuredClone(document)) as { paths: Record<string, { post: { requestBody: { content: { 'application/json': { schema: { properties: { item: { properties: Record<string, unknown>, required: string[] } } } } } } } }> }
+    const dereferenced = await SwaggerParser.dereference(structuredClone(document)) as unknown as { paths: Record<string, { post: { requestBody: { content: { 'application/json': { schema: { properties: { item: { properties: Record<string, unknown>, required: string[] } } } } } } } }> }
     const schema = dereferenced.paths['/v1/tools/odd__nested/invoke']?.post.requestBody.content['application/json'].schema
     expect(schema?.properties.item.required).toEqual(['label'])
     expect(Object.keys(schema?.properties.item.properties ?? {})).toEqual(['label', 'child'])

@@ -269,11 +269,42 @@ except Exception as e: print('unreachable', e)"`
     const second = await call(b, 'POST', '/v1/tools/process_start/execute', { arguments: { command: client, yield_ms: 10_000 }, workspace: 'w2' })
     expect(second.body['result']).toMatchObject({ state: 'exited', exit_code: 0, output: '200\n' })
     expect(await call(a, 'GET', `/v1/workspaces/w2/processes/${second.body['result'].process_id as string}`)).toMatchObject({ status: 200, body: { state: 'exited' } })
+    // So does one started through `b`'s process endpoint.
+    const third = await call(b, 'POST', '/v1/workspaces/w2/processes', { command: client })
+    expect(third.status, JSON.stringify(third.body)).toBe(201)
+    expect((await outputUntil(a, third.body['id'] as string, '200', 0, 'w2')).data).toBe('200\n')
     // Another workspace, through either instance, does not reach it.
     expect((await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w3' })).body['result'].stdout).toContain('unreachable')
 
     // Once the process has ended, commands run where they land again.
     expect((await call(b, 'POST', `/v1/workspaces/w2/processes/${id}/kill`, {})).body).toMatchObject({ state: 'killed' })
     expect((await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w2' })).body['result'].stdout).toContain('unreachable')
+  }, 60_000)
+
+  it('answers a call whose instance stopped answering during it as a failure of unknown outcome, which a retry under its Idempotency-Key does not run again', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b')
+    expect((await call(a, 'POST', '/v1/workspaces/w4/processes', { command: `sleep ${uniqueSleepSeconds()}` })).status).toBe(201)
+    const send = (): Promise<Response> => fetch(`${b.server.base}/v1/tools/exec_shell/execute`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer token-acme', 'content-type': 'application/json', 'idempotency-key': 'unknown-outcome' },
+      body: JSON.stringify({ arguments: { command: 'echo ran >> count; sleep 30' }, workspace: 'w4' }),
+      signal: AbortSignal.timeout(20_000),
+    })
+    const first = send()
+    // Forwarded to `a`, it has run there when `a` goes.
+    const count = async (): Promise<unknown> => (await call(b, 'POST', '/v1/tools/read_file/execute', { arguments: { path: 'count' }, workspace: 'w4' })).body['result']?.content
+    for (let round = 0; round < 100 && await count() !== 'ran\n'; round++) await sleep(100)
+    a.server.child.kill('SIGKILL')
+    await a.server.exited
+    const failed = await first
+    expect(failed.status).toBe(500)
+    expect(await failed.json()).toMatchObject({ code: 'ExecutionFailed', detail: expect.stringContaining('the outcome is unknown') })
+    // Not an invitation to retry (no 503): a retry with the key gets that answer again, and nothing runs twice.
+    const retried = await send()
+    expect(retried.headers.get('idempotent-replayed')).toBe('true')
+    expect(retried.status).toBe(500)
+    expect(await count()).toBe('ran\n')
   }, 60_000)
 })

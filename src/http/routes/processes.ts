@@ -11,6 +11,7 @@ import { ToolError } from '../../errors.ts'
 import { KILL_GRACE_MS, KILL_SIGNALS, type ManagedProcess, type ProcessInfo } from '../../processes/managed-process.ts'
 import { type Asker, lostInfo } from '../../processes/process-locator.ts'
 import type { Runtime } from '../../runtime.ts'
+import { validateWorkspaceId } from '../../workspaces/ids.ts'
 import { isForwarded } from '../caller.ts'
 import { installJsonBody } from '../plugins/json-body.ts'
 import { problems } from '../schemas.ts'
@@ -83,10 +84,9 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (!runtime.registry.get(name)) throw new ToolError('NotFound', 'processes are off here: tools.builtin does not choose the process tools')
     if (!request.principal.scope(name)) throw new ToolError('PermissionDenied', `this token's allowed tools do not include ${name}`)
   }
-  const askerOf = async (request: FastifyRequest, id: string): Promise<Asker> => {
-    const workspace = await runtime.workspaces.find(request.principal.tenant, id)
-    return { tenant: request.principal.tenant, workspace: id, dir: workspace.dir, credentials: request.headers.authorization, forwarded: isForwarded(request), requestId: request.id }
-  }
+  const askerIn = (request: FastifyRequest, id: string, dir: string): Asker =>
+    ({ tenant: request.principal.tenant, workspace: id, dir, credentials: request.headers.authorization, forwarded: isForwarded(request), requestId: request.id })
+  const askerOf = async (request: FastifyRequest, id: string): Promise<Asker> => askerIn(request, id, (await runtime.workspaces.find(request.principal.tenant, id)).dir)
   /**
    * Answers a request about one process: `here` when this instance runs it;
    * forwarded to the instance that runs it, and its answer passed on; `lost`
@@ -114,8 +114,13 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     schema: { summary: 'Start a process', tags, params: WorkspaceParams, body: StartBody, response: { 201: ProcessObject, ...problems(400, 401, 403, 404, 500, 503) } },
   }, async (request, reply) => {
     allow(request, 'process_start')
-    const started = await table.start({ tenant: request.principal.tenant, id: request.params.id }, request.body)
-    return reply.code(201).header('location', `${request.url.split('?')[0]}/${started.id}`).send(started.info())
+    const { id } = request.params
+    validateWorkspaceId(id)
+    // Where another instance runs a process of the workspace, its network is there: so is the new one
+    // (the workspace may not exist yet: a start makes it, there or here).
+    const started = await locator.startAtHome(request.body, askerIn(request, id, '')) ??
+      (await table.start({ tenant: request.principal.tenant, id }, request.body)).info()
+    return reply.code(201).header('location', `${request.url.split('?')[0]}/${started.id}`).send(started)
   })
 
   app.get('/v1/workspaces/:id/processes', {
