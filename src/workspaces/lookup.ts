@@ -1,5 +1,6 @@
 /**
- * Finding a persistent workspace: from the cache while it is fresh, else
+ * Finding a persistent workspace: from the cache while it is fresh (and its
+ * directory there), else
  * from its metadata on disk (another instance may have made, renewed or
  * removed it); made on first use for a call that names it. A workspace
  * found expired, or whose metadata has lost its directory, is removed
@@ -45,7 +46,9 @@ export class WorkspaceLookup {
       // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
       const made = cached.made || await cached.ready.then(() => true, () => false)
       const fresh = Date.now() - cached.checkedAt < (recheckMs ?? DEFAULT_RECHECK_MS)
-      if (made && fresh && cached.expiresAt > Date.now()) return cached
+      // Its directory is looked at every time: another instance may have removed the workspace
+      // since, and a call would find nowhere to run (a fresh one is made instead).
+      if (made && fresh && cached.expiresAt > Date.now() && await exists(cached.dir)) return cached
     }
     const meta = await layout().read(tenant, id)
     // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.

@@ -307,4 +307,20 @@ except Exception as e: print('unreachable', e)"`
     expect(retried.status).toBe(500)
     expect(await count()).toBe('ran\n')
   }, 60_000)
+
+  it('takes a workspace another instance deleted a moment ago as gone at once: absent, or made afresh by a call', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b')
+    expect((await call(a, 'POST', '/v1/tools/write_file/execute', { arguments: { path: 'old.txt', content: 'x' }, workspace: 'w8' })).status).toBe(200)
+    expect((await call(b, 'DELETE', '/v1/workspaces/w8')).status).toBe(204)
+    // At once on `a`, whose cache had it a moment ago.
+    expect(await call(a, 'GET', '/v1/workspaces/w8')).toMatchObject({ status: 404, body: { code: 'NotFound' } })
+    expect(await call(a, 'POST', '/v1/tools/write_file/execute', { arguments: { path: 'new.txt', content: 'y' }, workspace: 'w8' })).toMatchObject({ status: 200 })
+    expect((await call(b, 'DELETE', '/v1/workspaces/w8')).status).toBe(204)
+    const listed = await call(a, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: 'ls -A' }, workspace: 'w8' })
+    expect(listed).toMatchObject({ status: 200, body: { result: { exit_code: 0, stdout: '' } } })
+    expect((await call(b, 'DELETE', '/v1/workspaces/w8')).status).toBe(204)
+    expect(await call(a, 'POST', '/v1/tools/list_directory/execute', { arguments: { path: '.' }, workspace: 'w8' })).toMatchObject({ status: 200 })
+  }, 60_000)
 })
