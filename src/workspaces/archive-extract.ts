@@ -23,6 +23,7 @@ import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
+import { type Identity, identityOf, sameIdentity } from './usage-directory.ts'
 
 export interface ArchiveLimits {
   maxEntries: number
@@ -65,6 +66,7 @@ function refusal (entry: ReadEntry | Header, stagingDir: string): string | null 
 export async function extractArchive (body: Readable, workspaceDir: string, stagingDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
   // Named by its start, so that one a crash abandoned is recognised and removed by the sweep.
   const staging = path.join(stagingDir, `${Date.now()}-${randomUUID()}`)
+  const home = identityOf(workspaceDir)
   await mkdir(staging, { recursive: true })
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [] }
   try {
@@ -72,6 +74,7 @@ export async function extractArchive (body: Readable, workspaceDir: string, stag
     const staged = await directorySize(staging)
     // Checked and moved in alone among the workspace's writes, so two uploads (or an upload and a write) cannot both take the last bytes.
     await withQuotaLock(workspaceDir, async () => {
+      ensureStillThere(workspaceDir, home)
       await quota.ensureRoom(staged.bytes)
       try {
         await moveInto(staging, workspaceDir, '', report)
@@ -81,10 +84,21 @@ export async function extractArchive (body: Readable, workspaceDir: string, stag
         quota.changed()
       }
     })
+    // A deletion during the move took what was moved with it.
+    ensureStillThere(workspaceDir, home)
     return report
   } finally {
     await discard(staging)
   }
+}
+
+/**
+ * An upload lands in the workspace it began in, or nowhere: NotFound when
+ * that one was deleted meanwhile (and maybe made again), not a report of
+ * files written into a workspace that is gone.
+ */
+function ensureStillThere (workspaceDir: string, home: Identity | undefined): void {
+  if (!sameIdentity(identityOf(workspaceDir), home)) throw new ToolError('NotFound', 'the workspace was deleted during the upload')
 }
 
 /**

@@ -1,9 +1,11 @@
 import { existsSync } from 'node:fs'
+import http from 'node:http'
 import { readdir, readFile, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp, exec, tempDir } from '../helper.ts'
+import { listening } from '../support/listening.ts'
 import { expectProblem } from '../support/problem.ts'
 import { tarEntries, tarOf } from '../support/tarball.ts'
 
@@ -151,6 +153,34 @@ describe('workspaces', () => {
     const bomb = tarOf(Array.from({ length: 8 }, (_, i) => ({ name: `z${i}`, content: Buffer.alloc(4 * 1024 * 1024) })))
     expectProblem(await request(app, 'PUT', '/v1/workspaces/bomb/archive', bomb, { 'content-type': 'application/gzip' }), 413, 'PayloadTooLarge')
     expectProblem(await request(app, 'GET', '/v1/workspaces/bomb'), 404, 'NotFound')
+  })
+
+  it('answers an upload whose workspace was deleted meanwhile as NotFound, never as files written into it', async () => {
+    const app = await buildTestApp()
+    const base = await listening(app)
+    expect((await request(app, 'POST', '/v1/workspaces', { id: 'gone' })).status).toBe(201)
+    const archive = tarOf([{ name: 'a.txt', content: 'a' }, { name: 'big.bin', content: Buffer.alloc(2 * 1024 * 1024, 7) }, { name: 'z.txt', content: 'z' }])
+    const answer = new Promise<{ status: number, body: Record<string, unknown> }>((resolve, reject) => {
+      const upload = http.request(`${base}/v1/workspaces/gone/archive`, { method: 'PUT', headers: { 'content-type': 'application/gzip', 'content-length': archive.length } }, (response) => {
+        let text = ''
+        response.on('data', (chunk: Buffer) => { text += chunk.toString() })
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }))
+      })
+      upload.on('error', reject)
+      // Half the archive, then the deletion, then the rest.
+      upload.write(archive.subarray(0, archive.length >> 1), () => {
+        setTimeout(() => {
+          void request(app, 'DELETE', '/v1/workspaces/gone').then((deleted) => {
+            expect(deleted.status).toBe(204)
+            upload.end(archive.subarray(archive.length >> 1))
+          }, reject)
+        }, 200)
+      })
+    })
+    const { status, body } = await answer
+    expect(status).toBe(404)
+    expect(body).toMatchObject({ code: 'NotFound', detail: 'the workspace was deleted during the upload' })
+    expectProblem(await request(app, 'GET', '/v1/workspaces/gone'), 404, 'NotFound')
   })
 
   it('refuses an archive over the entry limit, changing nothing', async () => {

@@ -65,9 +65,11 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
           const quota = workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes)
           return { id: request.params.id, ...await extractArchive(body, lease.dir, store.stagingDir, limits, quota, signal) }
         } catch (error) {
-          // A refused upload leaves nothing behind, not even the workspace it would have created.
+          // A refused upload leaves nothing behind, not even the workspace it would have created
+          // (but one deleted meanwhile, then maybe made again by another call, is not its to remove).
           await lease.release()
-          if (!existed) await store.delete(tenant, request.params.id).catch(() => {})
+          const deleted = error instanceof ToolError && error.code === 'NotFound'
+          if (!existed && !deleted) await store.delete(tenant, request.params.id).catch(() => {})
           throw error
         } finally {
           await lease.release()
