@@ -323,4 +323,27 @@ except Exception as e: print('unreachable', e)"`
     expect((await call(b, 'DELETE', '/v1/workspaces/w8')).status).toBe(204)
     expect(await call(a, 'POST', '/v1/tools/list_directory/execute', { arguments: { path: '.' }, workspace: 'w8' })).toMatchObject({ status: 200 })
   }, 60_000)
+
+  it('ends an event stream followed through another instance as a lost process\'s when the instance that runs it dies', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b')
+    const started = await call(a, 'POST', '/v1/workspaces/w1/processes', { command: 'while true; do echo tick; sleep 0.2; done' })
+    expect(started.status).toBe(201)
+    const response = await fetch(`${b.server.base}/v1/workspaces/w1/processes/${started.body['id'] as string}/output`, {
+      headers: { authorization: 'Bearer token-acme', accept: 'text/event-stream' },
+      signal: AbortSignal.timeout(20_000),
+    })
+    expect(response.status).toBe(200)
+    let seen = ''
+    const decoder = new TextDecoder()
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      seen += decoder.decode(chunk, { stream: true })
+      // Killed once the stream is under way; the loop ends when the stream does (it would throw if it were cut).
+      if (seen.includes('tick') && a.server.child.exitCode === null && a.server.child.signalCode === null) a.server.child.kill('SIGKILL')
+    }
+    const end = seen.slice(seen.lastIndexOf('event: end'))
+    expect(end).toMatch(/^event: end\ndata: .*\n\n$/)
+    expect(JSON.parse(end.split('\n')[1]?.slice('data: '.length) ?? '')).toMatchObject({ id: started.body['id'], state: 'lost' })
+  }, 60_000)
 })

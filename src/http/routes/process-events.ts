@@ -31,6 +31,31 @@ export function endStream (request: FastifyRequest, reply: FastifyReply, info: P
   reply.raw.end(endEvent(info))
 }
 
+/**
+ * Passes on the event stream of a process another instance runs (`body`, as
+ * that instance sends it). When that instance stops answering mid-way, the
+ * stream ends as a lost process's does, with `lost` as its `end` event, not
+ * cut short: false then.
+ */
+export async function relayEvents (request: FastifyRequest, reply: FastifyReply, body: AsyncIterable<Buffer>, lost: ProcessInfo): Promise<boolean> {
+  reply.hijack()
+  const raw = reply.raw
+  raw.writeHead(200, eventStreamHeaders(request))
+  raw.flushHeaders()
+  const gone = new AbortController()
+  raw.once('close', () => gone.abort())
+  try {
+    for await (const chunk of body) {
+      if (!raw.write(chunk)) await once(raw, 'drain', { signal: gone.signal })
+    }
+    raw.end()
+    return true
+  } catch {
+    if (!gone.signal.aborted) raw.end(endEvent(lost))
+    return false
+  }
+}
+
 function eventStreamHeaders (request: FastifyRequest): Record<string, string> {
   return {
     'content-type': 'text/event-stream; charset=utf-8',

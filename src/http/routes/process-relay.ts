@@ -5,21 +5,25 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { type Owner, OwnerGone, type Peers, type Unreachable } from '../../processes/peers.ts'
-import { wantsEvents } from './process-events.ts'
+import type { ProcessInfo } from '../../processes/managed-process.ts'
+import { relayEvents, wantsEvents } from './process-events.ts'
 
 /** What to ask the owner: the path and query rebuilt from the request's checked parts, never its raw URL. */
 export interface RelayTarget {
   path: string
   /** How long the owner may take beyond connecting: the long-poll asked for, a kill's grace. */
   waitMs: number
+  /** The process as a lost one: the end of an event stream the owner stops sending mid-way. */
+  lost: ProcessInfo
 }
 
 /**
  * Relays `request` to the instance at `owner` and answers with what it
  * answered: true. With nothing sent, why that instance could not answer for
  * the process (it does not answer, or does not know the process): it is lost.
+ * `cut`: an event stream it stopped sending mid-way, ended as a lost one's.
  */
-export async function relay (peers: Peers, owner: Owner, target: RelayTarget, request: FastifyRequest, reply: FastifyReply): Promise<true | Unreachable> {
+export async function relay (peers: Peers, owner: Owner, target: RelayTarget, request: FastifyRequest, reply: FastifyReply): Promise<true | 'cut' | Unreachable> {
   const left = new AbortController()
   reply.raw.once('close', () => { if (!reply.raw.writableFinished) left.abort() })
   const lastEventId = request.headers['last-event-id']
@@ -47,9 +51,9 @@ export async function relay (peers: Peers, owner: Owner, target: RelayTarget, re
     await answer.body.dump()
     return 'unanswered'
   }
+  if (events && answer.status === 200) return await relayEvents(request, reply, answer.body, target.lost) ? true : 'cut'
   reply.code(answer.status)
   if (answer.contentType !== undefined) reply.header('content-type', answer.contentType)
-  if (events) reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
   await reply.send(answer.body)
   return true
 }

@@ -99,12 +99,13 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (located.where === 'here') return await here(located.process)
     if (located.where === 'elsewhere') {
       const path = `/v1/workspaces/${encodeURIComponent(id)}/processes/${encodeURIComponent(pid)}${forward.action}${forward.query ?? ''}`
-      const relayed = await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs }, request, reply)
+      const relayed = await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs, lost: lostInfo(located.record) }, request, reply)
       if (relayed === true) {
         locator.ownerAnswered(request.principal.tenant, located.record)
         return undefined
       }
-      locator.ownerUnreachable(request.principal.tenant, located.record, relayed)
+      locator.ownerUnreachable(request.principal.tenant, located.record, relayed === 'cut' ? 'unanswered' : relayed)
+      if (relayed === 'cut') return undefined
     }
     return await lost(lostInfo(located.record))
   }
