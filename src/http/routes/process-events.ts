@@ -11,6 +11,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ManagedProcess, ProcessInfo } from '../../processes/managed-process.ts'
 
 const KEEPALIVE_MS = 15_000
+/** What ends each event and comment of a stream (this service writes no other line ends). */
+const EVENT_END = '\n\n'
 
 /** Whether the request asks for the event stream. */
 export function wantsEvents (request: FastifyRequest): boolean {
@@ -33,9 +35,10 @@ export function endStream (request: FastifyRequest, reply: FastifyReply, info: P
 
 /**
  * Passes on the event stream of a process another instance runs (`body`, as
- * that instance sends it). When that instance stops answering mid-way, the
- * stream ends as a lost process's does, with `lost` as its `end` event, not
- * cut short: false then.
+ * that instance sends it), whole events only: when that instance stops
+ * answering mid-way, the part of an event it had sent is dropped and the
+ * stream ends as a lost process's does, with `lost` as its `end` event:
+ * false then. A client that leaves ends it too, as it would any stream.
  */
 export async function relayEvents (request: FastifyRequest, reply: FastifyReply, body: AsyncIterable<Buffer>, lost: ProcessInfo): Promise<boolean> {
   reply.hijack()
@@ -44,14 +47,20 @@ export async function relayEvents (request: FastifyRequest, reply: FastifyReply,
   raw.flushHeaders()
   const gone = new AbortController()
   raw.once('close', () => gone.abort())
+  let partial = Buffer.alloc(0)
   try {
     for await (const chunk of body) {
-      if (!raw.write(chunk)) await once(raw, 'drain', { signal: gone.signal })
+      const received = Buffer.concat([partial, chunk])
+      const last = received.lastIndexOf(EVENT_END)
+      const whole = last === -1 ? 0 : last + EVENT_END.length
+      partial = received.subarray(whole)
+      if (whole > 0 && !raw.write(received.subarray(0, whole))) await once(raw, 'drain', { signal: gone.signal })
     }
     raw.end()
     return true
   } catch {
-    if (!gone.signal.aborted) raw.end(endEvent(lost))
+    if (gone.signal.aborted) return true
+    raw.end(endEvent(lost))
     return false
   }
 }

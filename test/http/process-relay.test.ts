@@ -1,0 +1,86 @@
+/**
+ * An event stream relayed from the instance that runs a process: whole
+ * events pass; when that instance stops mid-way, the half event it sent is
+ * dropped and the stream ends with the lost process's `end` event; a client
+ * that leaves is no failure of that instance. The other instance here is a
+ * real HTTP server on 127.0.0.1 that speaks as one would.
+ */
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import Fastify from 'fastify'
+import { describe, expect, it } from 'vitest'
+import { relay } from '../../src/http/routes/process-relay.ts'
+import { lostInfo } from '../../src/processes/process-locator.ts'
+import { INSTANCE_HEADER, Peers } from '../../src/processes/peers.ts'
+import { onCleanup } from '../helper.ts'
+
+const RECORD = { id: 'p_0123456789ab', workspace: 'w', command: 'tick', started_at: '2026-01-01T00:00:00.000Z', ended_at: null, owner: 'set below', instance: 'run-1' }
+
+/** Another instance: /healthz names its run; the output path answers with what `stream` writes. */
+async function peer (stream: (response: http.ServerResponse) => void): Promise<string> {
+  const server = http.createServer((request, response) => {
+    if (request.url === '/healthz') {
+      response.writeHead(200, { [INSTANCE_HEADER]: RECORD.instance, 'content-type': 'application/json' }).end('{"status":"ok"}')
+      return
+    }
+    response.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8' })
+    stream(response)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  onCleanup(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
+
+/** A service whose one route relays to `owner`; what relay() answered, per request. */
+async function relaying (owner: string): Promise<{ base: string, outcomes: unknown[] }> {
+  const peers = new Peers()
+  const outcomes: unknown[] = []
+  const app = Fastify()
+  app.get('/events', async (request, reply) => {
+    outcomes.push(await relay(peers, { url: owner, instance: RECORD.instance }, { path: '/output', waitMs: 0, lost: lostInfo({ ...RECORD, owner }) }, request, reply))
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  onCleanup(async () => { await app.close(); await peers.close() })
+  return { base: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, outcomes }
+}
+
+describe('relayed event streams', () => {
+  it('drop the half event an instance that stops mid-way sent, and end with the lost process\'s end event', async () => {
+    const owner = await peer((response) => {
+      response.write('event: stdout\nid: 5\ndata: "tick\\n"\n\n: keep-alive\n\nevent: stdout\nid: 10\ndata: "ti')
+      setTimeout(() => response.socket?.destroy(), 100)
+    })
+    const { base, outcomes } = await relaying(owner)
+    const text = await (await fetch(`${base}/events`, { headers: { accept: 'text/event-stream' }, signal: AbortSignal.timeout(10_000) })).text()
+    const lost = { ...lostInfo({ ...RECORD, owner }) }
+    expect(text).toBe(`event: stdout\nid: 5\ndata: "tick\\n"\n\n: keep-alive\n\nevent: end\ndata: ${JSON.stringify(lost)}\n\n`)
+    expect(outcomes).toEqual(['cut'])
+  })
+
+  it('pass a whole stream on as it came', async () => {
+    const owner = await peer((response) => {
+      response.write('event: stdout\nid: 5\ndata: "tic')
+      setTimeout(() => response.end('k\\n"\n\nevent: end\ndata: {"state":"exited"}\n\n'), 50)
+    })
+    const { base, outcomes } = await relaying(owner)
+    const text = await (await fetch(`${base}/events`, { headers: { accept: 'text/event-stream' }, signal: AbortSignal.timeout(10_000) })).text()
+    expect(text).toBe('event: stdout\nid: 5\ndata: "tick\\n"\n\nevent: end\ndata: {"state":"exited"}\n\n')
+    expect(outcomes).toEqual([true])
+  })
+
+  it('count a client that leaves as an answer, not as the instance failing', async () => {
+    const owner = await peer((response) => {
+      response.write('event: stdout\nid: 5\ndata: "tick\\n"\n\n')
+      const timer = setInterval(() => response.write(': keep-alive\n\n'), 50)
+      response.once('close', () => clearInterval(timer))
+    })
+    const { base, outcomes } = await relaying(owner)
+    const left = new AbortController()
+    const response = await fetch(`${base}/events`, { headers: { accept: 'text/event-stream' }, signal: left.signal })
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader()
+    expect(new TextDecoder().decode((await reader.read()).value)).toContain('tick')
+    left.abort()
+    for (let round = 0; round < 50 && outcomes.length === 0; round++) await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(outcomes).toEqual([true])
+  })
+})
