@@ -21,19 +21,29 @@ const problemResponse = { description: 'A problem (RFC 9457)', content: { 'appli
 
 /** Keywords whose values are data, not schemas: a `$ref` in them is a value like any other. */
 const DATA_KEYWORDS = new Set(['const', 'enum', 'default', 'examples', 'example'])
+/** Keywords whose values name schemas: a member named `default` there is a schema. */
+const SCHEMA_MAPS = new Set(['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas'])
 
-/** `schema` with every local reference (`#…`) made to start at `base`; undefined when it has none. */
+/**
+ * `schema` with every reference by JSON pointer into itself (`#`, `#/…`)
+ * made to start at `base`; undefined when it has none. An `$anchor`
+ * reference resolves in the document as it does alone, and a part with an
+ * `$id` of its own is a resource whose references resolve against that:
+ * both are left as they are.
+ */
 function rebased (schema: unknown, base: string): unknown {
   let changed = false
   const walk = (value: unknown): unknown => {
     if (Array.isArray(value)) return value.map(walk)
-    if (value === null || typeof value !== 'object') return value
+    if (value === null || typeof value !== 'object' || '$id' in value) return value
     return Object.fromEntries(Object.entries(value).map(([key, inner]) => {
-      if (key === '$ref' && typeof inner === 'string' && inner.startsWith('#')) {
+      if (key === '$ref' && typeof inner === 'string' && (inner === '#' || inner.startsWith('#/'))) {
         changed = true
         return [key, base + inner.slice(1)]
       }
-      return [key, DATA_KEYWORDS.has(key) ? inner : walk(inner)]
+      if (DATA_KEYWORDS.has(key)) return [key, inner]
+      if (SCHEMA_MAPS.has(key) && inner !== null && typeof inner === 'object') return [key, Object.fromEntries(Object.entries(inner).map(([name, member]) => [name, walk(member)]))]
+      return [key, walk(inner)]
     }))
   }
   const result = walk(schema)
