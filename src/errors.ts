@@ -119,12 +119,16 @@ export function toProblem (error: ToolError, requestId: string, tool?: string): 
 
 /**
  * Whether a thrown value is a failure of the service, for the log at error
- * level, rather than an answer it chose: anything not a ToolError, and
- * ExecutionFailed. A timeout or an overload is the caller's answer (a
- * call's completion line records its code).
+ * level with its stack, rather than an answer: anything not a ToolError, and
+ * a ToolError that stands for something that went wrong here (its cause,
+ * not itself a ToolError: a full volume, another instance gone mid-call).
+ * A tool's own failure (a command's exit code, an MCP server's isError, a
+ * timeout) is the caller's answer, and its message may hold what the tool
+ * printed: the call's completion line records its code.
  */
 export function isFailure (thrown: unknown): boolean {
-  return !(thrown instanceof ToolError) || thrown.code === 'ExecutionFailed'
+  if (!(thrown instanceof ToolError)) return true
+  return thrown.cause !== undefined && !(thrown.cause instanceof ToolError)
 }
 
 /**

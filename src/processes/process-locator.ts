@@ -190,7 +190,7 @@ export class ProcessLocator {
         return await send(this.#ownerOf(record) as Owner)
       } catch (error) {
         if (!(error instanceof OwnerGone)) throw error
-        if (error.maybeDelivered) throw new ToolError('ExecutionFailed', 'the instance that runs this workspace\'s processes stopped answering during the request: it may have acted on it, and the outcome is unknown')
+        if (error.maybeDelivered) throw new ToolError('ExecutionFailed', 'the instance that runs this workspace\'s processes stopped answering during the request: it may have acted on it, and the outcome is unknown', { cause: error })
         this.ownerUnreachable(asker.tenant, record, error.reason)
       }
     }

@@ -26,7 +26,8 @@ export function fsError (error: unknown, userPath: string): unknown {
     case 'EACCES': case 'EPERM': return new ToolError('PermissionDenied', `${shown}: permission denied`)
     case 'ELOOP': return new ToolError('InvalidPath', `${shown} is a symbolic link`)
     case 'ENAMETOOLONG': return new ToolError('InvalidPath', `${shown} is too long`)
-    case 'ENOSPC': case 'EDQUOT': return new ToolError('ExecutionFailed', 'no space left for the workspace')
+    // A full volume is the operator's to know of: the cause makes it a failure of the service (errors.ts isFailure).
+    case 'ENOSPC': case 'EDQUOT': return new ToolError('ExecutionFailed', 'no space left for the workspace', { cause: error })
     default: return error
   }
 }

@@ -4,6 +4,8 @@ import { describe, expect, it } from 'vitest'
 import { buildApp } from '../../src/app.ts'
 import { parseConfig } from '../../src/config.ts'
 import { ToolError } from '../../src/errors.ts'
+import { FAIL_TEXT } from '../fixtures/mcp-server.mjs'
+import { stdioFixture } from '../sources/mcp-helpers.ts'
 import { createLogger, REDACTED } from '../../src/logger.ts'
 import { onCleanup, tempDir } from '../helper.ts'
 
@@ -96,5 +98,19 @@ describe('logging', () => {
     // A cause's message and stack come with its error's.
     expect(lines.find((l) => l['msg'] === 'tool')?.['err']).toMatchObject({ type: 'ToolError', message: 'the tool failed: Invalid URL', code: 'ExecutionFailed', stack: expect.stringContaining('caused by: TypeError: Invalid URL') })
     expect(lines.find((l) => l['msg'] === 'aggregate')?.['err']).toMatchObject({ type: 'AggregateError', aggregateErrors: [{ type: 'TypeError', code: 'ERR_INVALID_URL' }] })
+  })
+
+  it('logs a failure of the service with its stack, and a tool\'s own failure only in its completion line', async () => {
+    const { app, lines } = await appWithLogCapture({ tools: { mcp_servers: { fx: { ...stdioFixture(), internal_only: false } } } })
+    app.runtime.registry.setGroup('builtin', 'zz-broken', [{ name: 'broken', description: 'x', parameters: { type: 'object', properties: {} }, source: 'builtin', execute: async () => { throw new TypeError('broken-inside') } }])
+    // An MCP server's isError: its text may hold what the tool printed.
+    const failed = await app.inject({ method: 'POST', url: '/v1/tools/fx__fail/execute', payload: { arguments: {} } })
+    expect(failed.json()).toMatchObject({ code: 'ExecutionFailed', detail: expect.stringContaining(FAIL_TEXT) })
+    const broken = await app.inject({ method: 'POST', url: '/v1/tools/broken/execute', payload: { arguments: {} } })
+    expect(broken.json()).toMatchObject({ code: 'ExecutionFailed', detail: 'internal error while running the tool' })
+    const errors = lines.filter((l) => l['level'] === 50)
+    expect(errors).toEqual([expect.objectContaining({ tool: 'broken', msg: 'tool call failed', err: expect.objectContaining({ type: 'TypeError', message: 'broken-inside', stack: expect.stringContaining('TypeError: broken-inside') }) })])
+    expect(JSON.stringify(lines)).not.toContain(FAIL_TEXT)
+    expect(lines.filter((l) => l['msg'] === 'tool call finished').map((l) => [l['tool'], l['code']])).toEqual([['fx__fail', 'ExecutionFailed'], ['broken', 'ExecutionFailed']])
   })
 })
