@@ -73,6 +73,8 @@ export interface PeerRequest {
 export interface PeerAnswer {
   status: number
   contentType: string | undefined
+  /** Its Retry-After, in seconds (an Overloaded answer has one). */
+  retryAfterSeconds: number | undefined
   body: Readable & { json: () => Promise<unknown>, dump: () => Promise<void> }
 }
 
@@ -108,7 +110,8 @@ export class Peers {
         signal: request.signal,
       })
       const type = answer.headers['content-type']
-      return { status: answer.statusCode, contentType: Array.isArray(type) ? type[0] : type, body: answer.body }
+      const retryAfter = Number(answer.headers['retry-after'])
+      return { status: answer.statusCode, contentType: Array.isArray(type) ? type[0] : type, retryAfterSeconds: Number.isSafeInteger(retryAfter) && retryAfter >= 0 ? retryAfter : undefined, body: answer.body }
     } catch (error) {
       if (request.signal?.aborted === true) throw error
       throw new OwnerGone(owner, { cause: error, sent: true })
@@ -125,7 +128,7 @@ export class Peers {
       throw new OwnerGone(owner, { cause: error, sent: true })
     }
     if (answer.status < 300) return body
-    throw problemAsError(body, answer.status)
+    throw problemAsError(body, answer.status, answer.retryAfterSeconds)
   }
 
   async close (): Promise<void> {
@@ -165,11 +168,11 @@ export class Peers {
   }
 }
 
-/** The error another instance answered, as the same ToolError here. */
-function problemAsError (body: unknown, status: number): ToolError {
+/** The error another instance answered, as the same ToolError here (its Retry-After included). */
+function problemAsError (body: unknown, status: number, retryAfterSeconds: number | undefined): ToolError {
   const problem = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>
   const code = isErrorCode(problem['code']) ? problem['code'] : 'ExecutionFailed'
   const detail = typeof problem['detail'] === 'string' ? problem['detail'] : `another instance answered ${status}`
   const { type: _type, title: _title, status: _status, detail: _detail, code: _code, request_id: _id, tool: _tool, ...extra } = problem
-  return new ToolError(code, detail, { extra })
+  return new ToolError(code, detail, { extra, retryAfterSeconds })
 }

@@ -10,7 +10,8 @@
 import http from 'node:http'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
-import { Peers } from '../../src/processes/peers.ts'
+import { ToolError } from '../../src/errors.ts'
+import { INSTANCE_HEADER, Peers } from '../../src/processes/peers.ts'
 import { type Asker, ProcessLocator } from '../../src/processes/process-locator.ts'
 import { type ProcessRecord, ProcessRecords } from '../../src/processes/process-records.ts'
 import { freePort } from '../support/server-process.ts'
@@ -87,5 +88,27 @@ describe('a process whose instance does not answer', () => {
     expect(await records.read('default', 'w', record.id)).toBeNull()
     expect(await records.list('default', 'w')).toEqual([])
     await close()
+  })
+
+  it('passes on a refusal of the instance where the workspace\'s processes run as the same problem, its Retry-After included', async () => {
+    const { record, asker, locator, close } = await setUp()
+    const home = http.createServer((request, response) => {
+      if (request.url === '/healthz') {
+        response.writeHead(200, { [INSTANCE_HEADER]: record.instance }).end('{"status":"ok"}')
+        return
+      }
+      response.writeHead(503, { 'content-type': 'application/problem+json', 'retry-after': '7' })
+      response.end(JSON.stringify({ type: 'about:blank', title: 'Overloaded', status: 503, detail: 'the service is shutting down', code: 'Overloaded', request_id: 'r' }))
+    })
+    await new Promise<void>((resolve) => home.listen(Number(new URL(record.owner ?? '').port), '127.0.0.1', resolve))
+    try {
+      const refused = await locator(60_000).startAtHome({ command: 'true' }, asker).catch((error: unknown) => error)
+      expect(refused).toBeInstanceOf(ToolError)
+      expect(refused).toMatchObject({ code: 'Overloaded', message: 'the service is shutting down', retryAfterSeconds: 7 })
+    } finally {
+      home.closeAllConnections()
+      await new Promise<void>((resolve) => home.close(() => resolve()))
+      await close()
+    }
   })
 })
