@@ -73,7 +73,8 @@ export function parseConfig (raw: unknown): Config {
   for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {
     if (server.url !== undefined) checkOutgoingUrl(`tools.mcp_servers.${name}.url`, server.url)
   }
-  if (copy.tools.web_search.endpoint !== undefined) checkOutgoingUrl('tools.web_search.endpoint', copy.tools.web_search.endpoint)
+  // Empty is unset, as web_search takes it.
+  if (copy.tools.web_search.endpoint) checkOutgoingUrl('tools.web_search.endpoint', copy.tools.web_search.endpoint)
   for (const [name, channel] of Object.entries(copy.channels)) checkOutgoingUrl(`channels.${name}.webhook`, channel.webhook)
   return { ...copy, workspaces: { ...copy.workspaces, root: copy.workspaces.root ?? path.join(os.tmpdir(), 'toolport-workspaces') } }
 }

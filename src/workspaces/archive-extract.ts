@@ -93,9 +93,10 @@ export async function extractArchive (body: Readable, workspaceDir: string, stag
 }
 
 /**
- * An upload lands in the workspace it began in, or nowhere: NotFound when
- * that one was deleted meanwhile (and maybe made again), not a report of
- * files written into a workspace that is gone.
+ * NotFound when the workspace an upload began in was deleted meanwhile (and
+ * maybe made again), rather than a report of files written into a workspace
+ * that is gone. (Deleted during the move itself, what was moved went with it;
+ * made again meanwhile, the rest may land in the new one.)
  */
 function ensureStillThere (workspaceDir: string, home: Identity | undefined): void {
   if (!sameIdentity(identityOf(workspaceDir), home)) throw new ToolError('NotFound', 'the workspace was deleted during the upload')

@@ -47,7 +47,7 @@ export class WorkspaceLookup {
       const made = cached.made || await cached.ready.then(() => true, () => false)
       const fresh = Date.now() - cached.checkedAt < (recheckMs ?? DEFAULT_RECHECK_MS)
       // Its directory is looked at every time: another instance may have removed the workspace
-      // since, and a call would find nowhere to run (a fresh one is made instead).
+      // since, and a call would find nowhere to run (findOrCreate makes it afresh).
       if (made && fresh && cached.expiresAt > Date.now() && await exists(cached.dir)) return cached
     }
     const meta = await layout().read(tenant, id)

@@ -118,11 +118,15 @@ describe('request bodies', () => {
     expect(gzipped.json()).toMatchObject({ code: 'BadRequest', detail: 'Content-Encoding "gzip" is not supported: send the body uncompressed' })
     const utf16 = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json; charset=utf-16le' }, payload: Buffer.from(json, 'utf16le') })
     expect(utf16.json()).toMatchObject({ code: 'BadRequest', detail: 'charset "utf-16le" is not supported: send JSON in UTF-8' })
-    // What is plain UTF-8 goes on to the tool (no workspace file: FileNotFound).
-    for (const headers of [{ 'content-type': 'application/json; charset=UTF-8', 'content-encoding': 'identity' }, { 'content-type': 'application/json;charset="utf8"' }]) {
-      const plain = await app.inject({ method: 'POST', url, headers, payload: json })
-      expect(plain.json().code).toBe('FileNotFound')
+    expect((await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json; charset=UCS-4' }, payload: json })).json().code).toBe('BadRequest')
+    // What reads as UTF-8 goes on to the tool (no workspace file: FileNotFound), whatever its label.
+    for (const charset of ['UTF-8', '"utf8"', 'us-ascii', 'ISO-8859-1', '']) {
+      const plain = await app.inject({ method: 'POST', url, headers: { 'content-type': `application/json; charset=${charset}`, 'content-encoding': 'identity' }, payload: json })
+      expect(plain.json().code, charset).toBe('FileNotFound')
     }
+    // A body-less DELETE is not refused for its headers.
+    expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'encoded' } })).statusCode).toBe(201)
+    expect((await app.inject({ method: 'DELETE', url: '/v1/workspaces/encoded', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: '' })).statusCode).toBe(204)
   })
 
   it('takes an empty JSON body of a bodiless request as no body (a DELETE as the Python MCP SDK sends it)', async () => {

@@ -5,7 +5,7 @@
  * body, not an error. Keys that would poison a prototype (`__proto__`,
  * `constructor.prototype`) are refused with a message that names them.
  * Bodies are read as sent, in UTF-8 (as JSON must be): a compressed one or
- * another charset is refused as such, not as "not valid JSON".
+ * one labelled UTF-16 or UTF-32 is refused as such, not as "not valid JSON".
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ToolError } from '../../errors.ts'
@@ -24,8 +24,10 @@ export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request: FastifyRequest, body, done) => {
     const text = String(body)
     try {
-      refuseEncoding(request)
-      if (text.trim() !== '') return done(null, parseBody(text))
+      if (text.trim() !== '') {
+        refuseEncoding(request)
+        return done(null, parseBody(text))
+      }
       if (BODILESS_METHODS.has(request.method)) return done(null, undefined)
       if (emptyBody) return done(null, emptyBody())
       throw new ToolError('BadRequest', 'the body is empty; send a JSON object')
@@ -50,8 +52,10 @@ function refuseEncoding (request: FastifyRequest): void {
   if (encoding && encoding.toLowerCase() !== 'identity') {
     throw new ToolError('BadRequest', `Content-Encoding ${JSON.stringify(encoding.slice(0, QUOTED_HEADER_CHARS))} is not supported: send the body uncompressed`)
   }
+  // JSON is UTF-8 (RFC 8259), whatever the label says; only a label of an encoding that is not
+  // ASCII at heart is refused, as its text cannot be read so (an ISO-8859-1 label on ASCII JSON can).
   const charset = /;\s*charset\s*=\s*"?([^";\s]*)/i.exec(request.headers['content-type'] ?? '')?.[1]
-  if (charset !== undefined && !/^utf-?8$/i.test(charset)) {
+  if (charset !== undefined && /^(utf-?(16|32)|ucs-?[24])/i.test(charset)) {
     throw new ToolError('BadRequest', `charset ${JSON.stringify(charset.slice(0, QUOTED_HEADER_CHARS))} is not supported: send JSON in UTF-8`)
   }
 }
