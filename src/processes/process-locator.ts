@@ -96,19 +96,11 @@ export class ProcessLocator {
     const here = this.#options.table.list(asker.dir).map((each) => each.info())
     if (asker.workspace === null || asker.forwarded === true) return here
     const known = new Set(here.map((each) => each.id))
-    const byOwner = new Map<string, { owner: Owner | null, records: ProcessRecord[] }>()
-    for (const record of await this.#options.records.list(asker.tenant, asker.workspace)) {
-      if (known.has(record.id)) continue
-      const owner = this.#ownerOf(record)
-      const key = owner === null ? '' : `${owner.instance} ${owner.url}`
-      const group = byOwner.get(key) ?? { owner, records: [] }
-      group.records.push(record)
-      byOwner.set(key, group)
-    }
+    const others = (await this.#options.records.list(asker.tenant, asker.workspace)).filter((record) => !known.has(record.id))
     const lost: ProcessRecord[] = []
     const unanswered: ProcessRecord[] = []
     const away: ProcessInfo[] = []
-    await Promise.all([...byOwner.values()].map(async ({ owner, records }) => {
+    await Promise.all(this.#byOwner(others).map(async ({ owner, records }) => {
       const theirs = owner === null ? 'replaced' : await this.#listAt(owner, asker)
       for (const record of records) {
         const info = theirs instanceof Map ? theirs.get(record.id) : undefined
@@ -182,19 +174,31 @@ export class ProcessLocator {
    */
   async #atHome<T> (asker: Asker, send: (owner: Owner) => Promise<T>): Promise<T | undefined> {
     if (asker.workspace === null || asker.forwarded === true) return undefined
-    const running = (await this.#options.records.running(asker.tenant, asker.workspace))
-      .filter((record) => this.#ownerOf(record) !== null)
-      .sort((a, b) => a.started_at.localeCompare(b.started_at))
-    for (const record of running) {
+    const running = (await this.#options.records.running(asker.tenant, asker.workspace)).sort((a, b) => a.started_at.localeCompare(b.started_at))
+    for (const { owner, records } of this.#byOwner(running)) {
+      if (owner === null) continue
       try {
-        return await send(this.#ownerOf(record) as Owner)
+        return await send(owner)
       } catch (error) {
         if (!(error instanceof OwnerGone)) throw error
         if (error.maybeDelivered) throw new ToolError('ExecutionFailed', 'the instance that runs this workspace\'s processes stopped answering during the request: it may have acted on it, and the outcome is unknown', { cause: error })
-        this.ownerUnreachable(asker.tenant, record, error.reason)
+        for (const record of records) this.ownerUnreachable(asker.tenant, record, error.reason)
       }
     }
     return undefined
+  }
+
+  /** `records` by the instance to ask about them (null: none can), each asked once, in the order of their first record. */
+  #byOwner (records: ProcessRecord[]): Array<{ owner: Owner | null, records: ProcessRecord[] }> {
+    const groups = new Map<string, { owner: Owner | null, records: ProcessRecord[] }>()
+    for (const record of records) {
+      const owner = this.#ownerOf(record)
+      const key = owner === null ? '' : `${owner.instance} ${owner.url}`
+      const group = groups.get(key) ?? { owner, records: [] }
+      group.records.push(record)
+      groups.set(key, group)
+    }
+    return [...groups.values()]
   }
 
   /**

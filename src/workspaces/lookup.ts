@@ -110,6 +110,14 @@ export class WorkspaceLookup {
   }
 }
 
+/** Whether `dir` is there; a failure to tell (EIO, ESTALE on a network volume) is thrown, never taken for gone (that removes the workspace). */
 async function exists (dir: string): Promise<boolean> {
-  return stat(dir).then(() => true, () => false)
+  try {
+    await stat(dir)
+    return true
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOENT' || code === 'ENOTDIR') return false
+    throw error
+  }
 }

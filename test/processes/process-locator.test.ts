@@ -111,4 +111,20 @@ describe('a process whose instance does not answer', () => {
       await close()
     }
   })
+
+  it('asks an instance that runs several of the workspace\'s processes once, when it does not answer, before running here', async () => {
+    const { records, record, asker, locator, close } = await setUp()
+    await records.write('default', { ...record, id: 'p_00000000abce', started_at: new Date().toISOString() })
+    let asked = 0
+    const unhealthy = http.createServer((_request, response) => { asked++; response.writeHead(503).end('{}') })
+    await new Promise<void>((resolve) => unhealthy.listen(Number(new URL(record.owner ?? '').port), '127.0.0.1', resolve))
+    try {
+      expect(await locator(60_000).startAtHome({ command: 'true' }, asker)).toBeUndefined()
+      expect(asked).toBe(1)
+    } finally {
+      unhealthy.closeAllConnections()
+      await new Promise<void>((resolve) => unhealthy.close(() => resolve()))
+      await close()
+    }
+  })
 })

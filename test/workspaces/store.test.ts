@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs'
-import { chmod, mkdir, readdir, realpath, stat, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, readdir, readFile, realpath, rename, stat, symlink, unlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -83,6 +83,22 @@ describe('WorkspaceStore', () => {
     const metaDir = path.join(await realpath(root), 'tenants', directoryNameOf('acme'), 'meta')
     for (const file of await readdir(metaDir)) await writeFile(path.join(metaDir, file), '')
     await expect(s.acquire('acme', 'w')).rejects.toMatchObject({ code: 'ExecutionFailed', message: expect.stringMatching(/neither found nor made/) })
+    s.close()
+  })
+
+  it('never takes a directory it cannot look at for one that is gone: the call fails, the workspace stays', async () => {
+    const s = await store()
+    const { dir } = await s.create('acme', { id: 'w' })
+    await writeFile(path.join(dir, 'kept.txt'), 'kept')
+    // What a volume that fails for a moment answers (EIO, ESTALE) stands here as a link loop (ELOOP).
+    const away = `${dir}.away`
+    await rename(dir, away)
+    await symlink(path.basename(dir), dir)
+    await expect(s.find('acme', 'w')).rejects.toMatchObject({ code: 'ELOOP' })
+    await unlink(dir)
+    await rename(away, dir)
+    expect((await s.find('acme', 'w')).dir).toBe(dir)
+    expect(await readFile(path.join(dir, 'kept.txt'), 'utf8')).toBe('kept')
     s.close()
   })
 
