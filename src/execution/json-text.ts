@@ -1,26 +1,49 @@
 /**
  * JSON text from callers (request bodies, arguments sent as a string) read
  * one way: keys that would poison a prototype (`__proto__`,
- * `constructor.prototype`) are refused, never passed on to a tool.
+ * `constructor.prototype`) are refused, never passed on to a tool, and so is
+ * JSON nested deeper than anything the service passes on can take.
  */
 import secureJson from 'secure-json-parse'
 
 /** What a JSON text is wrong with, in words for the caller. */
 export class JsonTextError extends Error {
-  /** The text is valid JSON but holds a prototype-poisoning key. */
-  readonly poisoned: boolean
+  /** The text is valid JSON, refused for what it holds (a prototype-poisoning key, its depth). */
+  readonly refusedJson: boolean
 
-  constructor (message: string, poisoned: boolean) {
+  constructor (message: string, refusedJson: boolean) {
     super(message)
     this.name = 'JsonTextError'
-    this.poisoned = poisoned
+    this.refusedJson = refusedJson
   }
+}
+
+/**
+ * How deep JSON from outside (a caller's, a tool's, an upstream server's)
+ * may nest: deeper, serialising it again (a result, a catalog's ETag)
+ * would overflow the stack. Real schemas and data nest a few dozen levels.
+ */
+export const MAX_JSON_DEPTH = 200
+
+/** Whether `value` nests arrays and objects deeper than `max` levels (looked at without recursion). */
+export function nestedDeeperThan (value: unknown, max = MAX_JSON_DEPTH): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]]
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    const [inner, depth] = next
+    if (inner === null || typeof inner !== 'object') continue
+    if (depth > max) return true
+    for (const member of Array.isArray(inner) ? inner : Object.values(inner)) {
+      if (member !== null && typeof member === 'object') stack.push([member, depth + 1])
+    }
+  }
+  return false
 }
 
 /** Parses `text`; throws JsonTextError saying why it cannot be taken. */
 export function parseJsonText (text: string): unknown {
+  let value: unknown
   try {
-    return secureJson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' })
+    value = secureJson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' })
   } catch (error) {
     const message = (error as Error).message
     if (/forbidden (prototype|constructor) property/.test(message)) {
@@ -28,4 +51,6 @@ export function parseJsonText (text: string): unknown {
     }
     throw new JsonTextError(`is not valid JSON: ${message.split('\n')[0] ?? ''}`, false)
   }
+  if (nestedDeeperThan(value)) throw new JsonTextError(`is nested more than ${MAX_JSON_DEPTH} levels deep`, true)
+  return value
 }

@@ -106,7 +106,7 @@ export function parseArguments (raw: unknown): Record<string, unknown> {
       value = parseJsonText(value)
     } catch (error) {
       if (!(error instanceof JsonTextError)) throw error
-      throw new ToolError('InvalidArgs', error.poisoned ? `arguments ${error.message}` : 'arguments is a string that is not valid JSON')
+      throw new ToolError('InvalidArgs', error.refusedJson ? `arguments ${error.message}` : 'arguments is a string that is not valid JSON')
     }
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {

@@ -8,6 +8,7 @@ import { type AnyTool, HINTS, hintsOf, type JsonSchema, type ToolAnnotations } f
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { clipText } from '../execution/truncate.ts'
+import { MAX_JSON_DEPTH, nestedDeeperThan } from '../execution/json-text.ts'
 
 /** stdout kept for parsing; a result larger than this is returned cut, as a string. */
 export const EXECUTABLE_STDOUT_BYTES = 16 * 1024 * 1024
@@ -42,17 +43,19 @@ export function parseDescription (stdout: string): Description | string {
   if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]{1,128}$/.test(name)) return 'name must be a string of letters, digits, "_", "." or "-"'
   if (typeof description !== 'string') return 'description must be a string'
   if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)) return 'parameters must be a JSON Schema object'
+  if (nestedDeeperThan(parameters)) return `parameters nest more than ${MAX_JSON_DEPTH} levels deep`
   const annotationsProblem = badAnnotations(annotations)
   if (annotationsProblem !== undefined) return annotationsProblem
   return { name, description, parameters: parameters as JsonSchema, annotations: hintsOf(annotations) }
 }
 
-/** stdout as the tool's result: parsed when it is JSON, the text otherwise. */
+/** stdout as the tool's result: parsed when it is JSON (nested no deeper than results may), the text otherwise. */
 export function parsedStdout (stdout: string): unknown {
   const trimmed = stdout.trim()
   if (trimmed === '') return stdout
   try {
-    return JSON.parse(trimmed)
+    const value: unknown = JSON.parse(trimmed)
+    return nestedDeeperThan(value) ? stdout : value
   } catch {
     return stdout
   }

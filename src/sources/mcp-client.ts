@@ -10,6 +10,7 @@ import type { RequestOptions } from '@modelcontextprotocol/sdk/shared/protocol.j
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import type { McpServerConfig } from '../config.ts'
+import { MAX_JSON_DEPTH } from '../execution/json-text.ts'
 import { type AnyTool, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { disconnect, isConnectionGone, McpConnector, type McpConnection } from './mcp-connection.ts'
@@ -144,7 +145,7 @@ export class McpClientSource {
       const { name, config } = this.#options
       this.#tools = wrapTools(name, tools, config.internal_only, (tool, args, ctx) => this.#call(tool, args, ctx))
       if (this.#tools.length < tools.length) {
-        this.#options.log.warn({ left_out: tools.length - this.#tools.length }, `left out MCP tools whose names, with the server's prefix, are longer than ${MAX_TOOL_NAME_CHARS} characters`)
+        this.#options.log.warn({ left_out: tools.length - this.#tools.length }, `left out MCP tools whose names, with the server's prefix, are longer than ${MAX_TOOL_NAME_CHARS} characters, or whose schemas nest more than ${MAX_JSON_DEPTH} levels deep`)
       }
     }
     this.#notify()

@@ -6,6 +6,7 @@
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
 import { type AnyTool, hintsOf, type JsonSchema, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
+import { nestedDeeperThan } from '../execution/json-text.ts'
 import { clipText } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
 
@@ -19,12 +20,14 @@ export type CallUpstream = (name: string, args: Record<string, unknown>, ctx: To
 
 /**
  * The registry tools of one server: `{server}__{tool}`, all calling through
- * `call`; a tool whose name would be longer than the service takes is left
- * out (it could be listed, never called).
+ * `call`. Left out: a tool whose name would be longer than the service takes
+ * (it could be listed, never called), and one whose schema nests deeper
+ * than JSON from outside may (it would break the catalog for every caller).
  */
 export function wrapTools (server: string, tools: McpTool[], internal: boolean, call: CallUpstream): AnyTool[] {
   const nameOf = (tool: McpTool): string => `${server}__${tool.name}`
-  return tools.filter((tool) => nameOf(tool).length <= MAX_TOOL_NAME_CHARS).map((tool) => ({
+  const usable = (tool: McpTool): boolean => nameOf(tool).length <= MAX_TOOL_NAME_CHARS && !nestedDeeperThan(tool.inputSchema)
+  return tools.filter(usable).map((tool) => ({
     name: nameOf(tool),
     description: tool.description ?? '',
     parameters: tool.inputSchema ?? EMPTY_SCHEMA,

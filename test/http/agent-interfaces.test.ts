@@ -161,5 +161,9 @@ describe('each tool as an OpenAPI operation', () => {
     const item = { label: 'a', child: { label: 'b', child: null } }
     const answer = await app.inject({ method: 'POST', url: '/v1/tools/odd__nested/invoke', payload: { item } })
     expect(JSON.parse(answer.json().content[0].text)).toEqual({ item })
+    // An answer nested past what can be serialised again is a failed call, said so, never a crash.
+    const deep = await app.inject({ method: 'POST', url: '/v1/tools/odd__deep_result/invoke', payload: {} })
+    expect(deep.statusCode).toBe(500)
+    expect(deep.json()).toMatchObject({ code: 'ExecutionFailed', detail: 'the tool\'s result is nested more than 200 levels deep' })
   })
 })

@@ -109,6 +109,21 @@ describe('request bodies', () => {
     expect(response.json()).toMatchObject({ code: 'InvalidArgs', detail: expect.stringContaining('__proto__') })
   })
 
+  it('refuses JSON nested more than 200 levels deep, in a body or in arguments sent as a string', async () => {
+    const app = await buildTestApp()
+    const deep = `${'['.repeat(201)}${']'.repeat(201)}`
+    const body = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload: `{"arguments":{"path":"a","x":${deep}}}` })
+    expect(body.statusCode).toBe(400)
+    expect(body.json()).toMatchObject({ code: 'BadRequest', detail: 'the body is nested more than 200 levels deep' })
+    const batch = await app.inject({ method: 'POST', url: '/v1/tool-calls', headers: { 'content-type': 'application/json', 'idempotency-key': 'deep' }, payload: `{"calls":[{"id":"c","name":"read_file","arguments":{"x":${deep}}}]}` })
+    expect(batch.json()).toMatchObject({ code: 'BadRequest', detail: 'the body is nested more than 200 levels deep' })
+    const asString = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { arguments: `{"path":"a","x":${deep}}` } })
+    expect(asString.json()).toMatchObject({ code: 'InvalidArgs', detail: expect.stringContaining('nested more than 200 levels deep') })
+    // 200 levels are taken (on to the tool: no such file).
+    const fits = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload: `{"arguments":{"path":"a","x":${'['.repeat(198)}${']'.repeat(198)}}}` })
+    expect(fits.json().code).toBe('FileNotFound')
+  })
+
   it('refuses a compressed body or another charset as such, not as "not valid JSON"', async () => {
     const app = await buildTestApp()
     const url = '/v1/tools/read_file/execute'

@@ -12,6 +12,13 @@ import { capturingLogger, describeJson, eventually, isAlive, placeTool, shTool, 
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
+/** `leaf` wrapped `levels` times by `wrap`. */
+function nested (levels: number, leaf: unknown, wrap: (inner: unknown) => unknown): unknown {
+  let value = leaf
+  for (let level = 0; level < levels; level++) value = wrap(value)
+  return value
+}
+
 function appWith (dir: string, tools: Record<string, unknown> = {}, mode = 'none'): Promise<App> {
   return buildTestApp({ tools: { dirs: [dir], stub: true, executable_timeout_seconds: 1, ...tools }, sandbox: { mode } })
 }
@@ -31,6 +38,8 @@ describe('executable tool discovery', () => {
     await placeTool(dir, 'slow', '#!/bin/sh\nsleep 10\n')
     await placeTool(dir, 'plain.txt', shTool(describeJson('plain'), 'true'), 0o644)
     await placeTool(dir, '.hidden', shTool(describeJson('hidden'), 'true'))
+    // Past what can be serialised again, it would have broken the catalog for every caller.
+    await placeTool(dir, 'deep', shTool(JSON.stringify({ name: 'deep', description: 'x', parameters: nested(300, { type: 'string' }, (inner) => ({ type: 'object', properties: { a: inner } })) }), 'true'))
     const { log, lines } = capturingLogger()
     const runner = await createRunner(parseConfig({ sandbox: { mode: 'none' } }).sandbox, { log })
     let published: AnyTool[] = []
@@ -49,9 +58,10 @@ describe('executable tool discovery', () => {
       'no-params': 'parameters must be a JSON Schema object',
       slow: '--describe took longer than 500 ms',
       'plain.txt': 'the file is not executable',
+      deep: 'parameters nest more than 200 levels deep',
     })
     // One warning per file, although the directory was scanned three times.
-    expect(lines).toHaveLength(5)
+    expect(lines).toHaveLength(6)
     expect(lines.every((line) => line.level === 40 && String(line['file']).startsWith(dir))).toBe(true)
   })
 
@@ -96,6 +106,12 @@ describe('executable tool calls', () => {
     const app = await appWith(dir)
     expect((await exec(app, 'json_out', {})).body.result).toEqual({ a: [1, 2], b: null })
     expect((await exec(app, 'text_out', {})).body.result).toBe('line one\n{not json')
+    // JSON nested past what a result may be is text too.
+    await placeTool(dir, 'deep', shTool(describeJson('deep_out'), `printf '%s' '${'['.repeat(5000)}1${']'.repeat(5000)}'`))
+    await eventually(async () => (await catalogNames(app)).includes('deep_out'))
+    const deep = await exec(app, 'deep_out', {})
+    expect(deep.status).toBe(200)
+    expect(deep.body.result).toMatch(/^\[{5000}1\]{5000}$/)
   })
 
   it('answers a non-zero exit with 500 ExecutionFailed carrying stderr, capped', async () => {
