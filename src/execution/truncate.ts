@@ -102,7 +102,7 @@ export function clipText (text: string, maxBytes: number): string {
  */
 export function truncateText (text: string, maxChars: number, totalChars = text.length): string {
   if (text.length <= maxChars && totalChars <= maxChars) return text
-  const kept = text.slice(0, maxChars)
+  const kept = safePrefix(text, maxChars)
   return `${kept}\n... (output truncated: ${totalChars} total chars, showing first ${kept.length})`
 }
 

@@ -22,6 +22,8 @@ describe('omega truncate_output', () => {
   it('keeps text at or under the cap, cuts longer text with the notice', () => {
     expect(truncateText('abc', 3)).toBe('abc')
     expect(truncateText('abcd', 3)).toBe('abc\n... (output truncated: 4 total chars, showing first 3)')
+    // Never half of an emoji (two UTF-16 units): the cut falls before it.
+    expect(truncateText('ab\u{1F600}c', 3)).toBe('ab\n... (output truncated: 5 total chars, showing first 2)')
   })
 })
 
