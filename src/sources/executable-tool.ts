@@ -3,6 +3,7 @@
  * schema; a call runs the file with the JSON arguments as its single
  * argument, in the workspace, through the sandbox.
  */
+import os from 'node:os'
 import path from 'node:path'
 import { type AnyTool, HINTS, hintsOf, type JsonSchema, type ToolAnnotations } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
@@ -83,8 +84,11 @@ export function executableTool (file: string, description: Description, options:
       if (run.cancelled) throw new ToolError('ExecutionFailed', 'cancelled')
       if (run.exitCode !== 0) {
         const stderr = clipText(run.stderr, STDERR_IN_ERROR_BYTES)
-        const detail = stderr.trim() === '' ? `${description.name} exited with code ${run.exitCode}` : `${description.name} exited with code ${run.exitCode}: ${stderr.trim()}`
-        throw new ToolError('ExecutionFailed', detail, { extra: { exit_code: run.exitCode, stderr } })
+        // Killed by a signal, it has the code a shell (and bubblewrap, which runs it under the sandbox) gives: 128 + the signal's number.
+        const exitCode = run.signal === null ? run.exitCode : 128 + (os.constants.signals[run.signal as NodeJS.Signals] ?? 0)
+        const ended = run.signal === null ? `exited with code ${exitCode}` : `was killed by ${run.signal} (code ${exitCode})`
+        const detail = stderr.trim() === '' ? `${description.name} ${ended}` : `${description.name} ${ended}: ${stderr.trim()}`
+        throw new ToolError('ExecutionFailed', detail, { extra: { exit_code: exitCode, stderr } })
       }
       return run.stdoutTruncated ? run.stdout : parsedStdout(run.stdout)
     },

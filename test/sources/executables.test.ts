@@ -127,6 +127,15 @@ describe('executable tool calls', () => {
     expect(String(noisy['stderr'])).toMatch(/^e{4000,}/)
   })
 
+  it('answers an executable killed by a signal with the code a shell gives, naming the signal, with or without bubblewrap', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'crashes', shTool(describeJson('crashes'), 'kill -SEGV $$'))
+    const plain = expectProblem(await exec(await appWith(dir), 'crashes', {}), 500, 'ExecutionFailed', 'crashes')
+    expect(plain).toMatchObject({ detail: 'crashes was killed by SIGSEGV (code 139)', exit_code: 139 })
+    const sandboxed = expectProblem(await exec(await appWith(dir, {}, 'bwrap'), 'crashes', {}), 500, 'ExecutionFailed', 'crashes')
+    expect(sandboxed).toMatchObject({ exit_code: 139 })
+  })
+
   it('answers a call that outlives the timeout with 504 Timeout and kills it', async () => {
     const dir = await toolsDir()
     await placeTool(dir, 'sleepy', shTool(describeJson('sleepy'), 'echo $$ > pid\nexec sleep 30'))
