@@ -16,6 +16,8 @@ import { executableTool, parseDescription } from './executable-tool.ts'
 
 export const DESCRIBE_TIMEOUT_MS = 5000
 const RESCAN_INTERVAL_MS = 1000
+/** How many `--describe` runs a scan has going at once. */
+const DESCRIBE_CONCURRENCY = 4
 
 export interface ExecutableSourceOptions {
   dirs: string[]
@@ -92,6 +94,7 @@ export class ExecutableSource {
 
   async #scan (): Promise<void> {
     const seen = new Set<string>()
+    const changed: Array<{ file: string, fingerprint: string, executable: boolean }> = []
     for (const dir of this.#options.dirs) {
       const names = await readdir(dir).catch((error: NodeJS.ErrnoException) => {
         this.#warnOnce(`dir:${dir}`, { dir, code: error.code }, 'cannot read a tools directory')
@@ -106,10 +109,16 @@ export class ExecutableSource {
         seen.add(file)
         // ctime is in it: a chmod +x makes a skipped file a candidate again.
         const fingerprint = `${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}`
-        if (this.#known.get(file)?.fingerprint === fingerprint) continue
-        this.#known.set(file, { fingerprint, tool: isExecutable(info.mode) ? await this.#describe(file) : this.#skip(file, 'the file is not executable') })
+        if (this.#known.get(file)?.fingerprint !== fingerprint) changed.push({ file, fingerprint, executable: isExecutable(info.mode) })
       }
     }
+    // A few at once: one slow `--describe` does not hold back the others (publishing sorts them by file).
+    const queue = changed.values()
+    await Promise.all(Array.from({ length: DESCRIBE_CONCURRENCY }, async () => {
+      for (const { file, fingerprint, executable } of queue) {
+        this.#known.set(file, { fingerprint, tool: executable ? await this.#describe(file) : this.#skip(file, 'the file is not executable') })
+      }
+    }))
     for (const file of this.#known.keys()) if (!seen.has(file)) this.#known.delete(file)
     this.#publish()
   }

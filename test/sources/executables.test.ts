@@ -169,6 +169,28 @@ if touch "${dir}/planted" 2>/dev/null; then echo '{"tool_dir_writable": true}'; 
   })
 })
 
+describe('executable tool discovery, many at once', () => {
+  it('describes several executables at a time: one slow --describe does not hold back the others', async () => {
+    const dir = await toolsDir()
+    const trace = path.join(await tempDir('toolport-trace-'), 'describes')
+    for (const name of ['a', 'b', 'c']) {
+      await placeTool(dir, name, `#!/bin/sh
+if [ "$1" = "--describe" ]; then
+  echo "start ${name}" >> "${trace}"
+  sleep 1
+  echo "end ${name}" >> "${trace}"
+  echo '${describeJson(`slow_${name}`)}'
+fi
+`)
+    }
+    const app = await appWith(dir, { executable_timeout_seconds: 5 })
+    expect(await eventually(async () => (await catalogNames(app)).length === 3, 10_000)).toBe(true)
+    // Every describe started before any ended: they ran side by side.
+    const lines = (await readFile(trace, 'utf8')).split('\n').filter(Boolean)
+    expect(lines.slice(0, 3).every((line) => line.startsWith('start'))).toBe(true)
+  })
+})
+
 describe('executable tool changes while the service runs', () => {
   it('sees a tool added, changed and removed within 5 s, without running --describe per request', async () => {
     const dir = await toolsDir()
