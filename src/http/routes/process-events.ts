@@ -41,12 +41,7 @@ export function endStream (request: FastifyRequest, reply: FastifyReply, info: P
  * false then. A client that leaves ends it too, as it would any stream.
  */
 export async function relayEvents (request: FastifyRequest, reply: FastifyReply, body: AsyncIterable<Buffer>, lost: ProcessInfo): Promise<boolean> {
-  reply.hijack()
-  const raw = reply.raw
-  raw.writeHead(200, eventStreamHeaders(request))
-  raw.flushHeaders()
-  const gone = new AbortController()
-  raw.once('close', () => gone.abort())
+  const { raw, gone, send } = openStream(request, reply)
   let partial = Buffer.alloc(0)
   try {
     for await (const chunk of body) {
@@ -54,15 +49,33 @@ export async function relayEvents (request: FastifyRequest, reply: FastifyReply,
       const last = received.lastIndexOf(EVENT_END)
       const whole = last === -1 ? 0 : last + EVENT_END.length
       partial = received.subarray(whole)
-      if (whole > 0 && !raw.write(received.subarray(0, whole))) await once(raw, 'drain', { signal: gone.signal })
+      if (whole > 0) await send(received.subarray(0, whole))
     }
     raw.end()
     return true
   } catch {
-    if (gone.signal.aborted) return true
+    if (gone.aborted) return true
     raw.end(endEvent(lost))
     return false
   }
+}
+
+/**
+ * Answers with an event stream: its status and headers go now, not with the
+ * first event (a quiet process may not write for a while). `gone` is aborted
+ * when the client leaves; `send` waits while the client is behind.
+ */
+function openStream (request: FastifyRequest, reply: FastifyReply): { raw: FastifyReply['raw'], gone: AbortSignal, send: (data: string | Buffer) => Promise<void> } {
+  reply.hijack()
+  const raw = reply.raw
+  raw.writeHead(200, eventStreamHeaders(request))
+  raw.flushHeaders()
+  const gone = new AbortController()
+  raw.once('close', () => gone.abort())
+  const send = async (data: string | Buffer): Promise<void> => {
+    if (!raw.write(data)) await once(raw, 'drain', { signal: gone.signal }).catch(() => {})
+  }
+  return { raw, gone: gone.signal, send }
 }
 
 function eventStreamHeaders (request: FastifyRequest): Record<string, string> {
@@ -77,18 +90,9 @@ function eventStreamHeaders (request: FastifyRequest): Record<string, string> {
 const endEvent = (info: ProcessInfo): string => `event: end\ndata: ${JSON.stringify(info)}\n\n`
 
 export async function streamOutput (request: FastifyRequest, reply: FastifyReply, process: ManagedProcess, from: number, maxBytes: number): Promise<void> {
-  reply.hijack()
-  const raw = reply.raw
-  raw.writeHead(200, eventStreamHeaders(request))
-  // The status and headers go now, not with the first event: a quiet process may not write for a while.
-  raw.flushHeaders()
-  const gone = new AbortController()
-  raw.once('close', () => gone.abort())
-  const send = async (text: string): Promise<void> => {
-    if (!raw.write(text)) await once(raw, 'drain', { signal: gone.signal }).catch(() => {})
-  }
+  const { raw, gone, send } = openStream(request, reply)
   let cursor = from
-  while (!gone.signal.aborted) {
+  while (!gone.aborted) {
     const read = process.output.read(cursor, maxBytes)
     if (read.chunks.length > 0) {
       const events = read.chunks.map((chunk, i) => `event: ${chunk.stream}\nid: ${read.chunks[i + 1]?.offset ?? read.next}\ndata: ${JSON.stringify(chunk.data)}\n\n`)
@@ -101,7 +105,7 @@ export async function streamOutput (request: FastifyRequest, reply: FastifyReply
       raw.end(endEvent(process.info()))
       return
     }
-    await process.waitForChange(KEEPALIVE_MS, gone.signal)
-    if (process.running && process.output.end === cursor && !gone.signal.aborted) await send(': keep-alive\n\n')
+    await process.waitForChange(KEEPALIVE_MS, gone)
+    if (process.running && process.output.end === cursor && !gone.aborted) await send(': keep-alive\n\n')
   }
 }
