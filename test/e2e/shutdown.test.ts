@@ -72,6 +72,31 @@ describe('graceful shutdown of the built server', () => {
     expect(await readdir(path.join(root, 'ephemeral'))).toEqual([])
   })
 
+  it('releases the Idempotency-Key of a batch one of whose calls the drain stopped: the retry after a restart runs', async () => {
+    const scratch = await tempDir('toolport-drain-')
+    const config = { sandbox: { mode: 'none' }, workspaces: { root: path.join(scratch, 'workspaces') }, server: { drain_timeout_ms: 500 } }
+    const batch = { workspace: 'kept', calls: [{ id: 'a', name: 'exec_shell', arguments: { command: 'echo ran >> count; sleep 20' } }] }
+    const send = (base: string) => fetch(`${base}/v1/tool-calls`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'batch-1' }, body: JSON.stringify(batch) })
+    const first = await startServer(config)
+    await waitReady(first)
+    const cut = send(first.base)
+    const count = async (base: string): Promise<unknown> => ((await (await post(base, '/v1/tools/read_file/execute', { workspace: 'kept', arguments: { path: 'count' } })).json()) as { result?: { content?: string } }).result?.content
+    expect(await until(async () => await count(first.base) === 'ran\n')).toBe(true)
+    first.child.kill('SIGTERM')
+    const answer = await cut
+    expect(answer.status).toBe(200)
+    expect(await answer.json()).toMatchObject({ results: [{ id: 'a', ok: false, status: 503, error: { code: 'Overloaded' } }] })
+    expect(await first.exited).toEqual({ code: 0, signal: null })
+
+    // The drain said to retry elsewhere: the key must let it run, not replay the refusal for a day.
+    const second = await startServer(config)
+    await waitReady(second)
+    const retried = send(second.base)
+    expect(await until(async () => await count(second.base) === 'ran\nran\n')).toBe(true)
+    second.child.kill('SIGTERM')
+    expect((await retried).headers.get('idempotent-replayed')).toBeNull()
+  })
+
   it('closes open MCP sessions and their event streams, and exits 0', async () => {
     const server = await startServer({ sandbox: { mode: 'none' } })
     await waitReady(server)

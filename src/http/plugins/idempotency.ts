@@ -7,10 +7,10 @@
  * request is 422 IdempotencyKeyReused; a repeat while the first still runs
  * is 409 Conflict.
  *
- * Stored: every answer a handler gave, errors included, except a 503
- * Overloaded (the limiter refused the call, or a shutdown stopped it: it
- * invites a retry with Retry-After, so the key is released and the retry
- * runs). The layer's own 400, 409 and 422 never touch the record. A request
+ * Stored: every answer a handler gave, errors included, except one that
+ * invites a retry: a 503 Overloaded (the limiter refused the call, or a
+ * shutdown stopped it), or a batch one of whose calls was so answered
+ * (`inviteRetry`). Its key is released, and the retry runs. The layer's own 400, 409 and 422 never touch the record. A request
  * with a key runs to its end even when its client goes away (caller.ts), so
  * the client's retry finds the answer and the call never runs twice.
  *
@@ -56,6 +56,13 @@ interface KeyState {
 }
 
 const states = new WeakMap<FastifyRequest, KeyState>()
+/** Requests whose answer invites a retry, though its status does not say so (a batch's is 200). */
+const retryInvited = new WeakSet<FastifyRequest>()
+
+/** Marks `request`'s answer as one that invites a retry: its key is released, not kept. */
+export function inviteRetry (request: FastifyRequest): void {
+  retryInvited.add(request)
+}
 
 /** True when the request holds a claimed key: it must run to its end and store its answer, client or not. */
 export function holdsIdempotencyKey (request: FastifyRequest): boolean {
@@ -114,7 +121,7 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
     states.delete(request)
     try {
       const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined
-      if (body === undefined || reply.statusCode === 503) await store.release(ticket)
+      if (body === undefined || reply.statusCode === 503 || retryInvited.has(request)) await store.release(ticket)
       else await store.complete(ticket, { status: reply.statusCode, headers: keptHeaders(reply), body, scope: scopeOf(request), tools: toolsCalled(request) })
     } catch (error) {
       // The answer still goes out; a retry then finds the claim running until it is abandoned.

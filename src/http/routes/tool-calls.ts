@@ -12,6 +12,7 @@ import { toProblem, ToolError } from '../../errors.ts'
 import { callIdOf, callNameOf, parseCall } from '../../formats/calls.ts'
 import { anthropicUserMessage, MESSAGE_FORMATS, type MessageFormat, toolMessage } from '../../formats/messages.ts'
 import { callerOf } from '../caller.ts'
+import { inviteRetry } from '../plugins/idempotency.ts'
 import { AnyJson, JsonObject, problems } from '../schemas.ts'
 
 /** More calls than this in one turn is not a model turn. */
@@ -90,6 +91,8 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
       const run = (item: unknown, index: number) => runItem(runtime, item, index, caller, workspace)
       const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
       const done = await mapWithConcurrency(calls, width, run)
+      // A call the service refused or stopped (a shutdown's drain) is to be retried, and so is the batch.
+      if (done.some(({ outcome }) => !outcome.ok && outcome.error.code === 'Overloaded')) inviteRetry(request)
       const format = request.body.format ?? 'native'
       const messages = done.map(({ id, outcome }) => toolMessage(id, outcome, format))
       const results = done.map(({ id, outcome }) => batchResult(id, outcome, request.id))
