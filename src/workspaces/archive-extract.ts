@@ -10,7 +10,8 @@
  * Archives out (downloads) are archive-pack.ts.
  */
 import { randomUUID } from 'node:crypto'
-import { lstat, mkdir, readdir, readlink, realpath, rename, rm, symlink } from 'node:fs/promises'
+import type { Stats } from 'node:fs'
+import { lstat, mkdir, readdir, readlink, realpath, rename, rm, stat, symlink } from 'node:fs/promises'
 import path from 'node:path'
 import { type Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
@@ -221,7 +222,7 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
     }
     let target
     try {
-      target = await resolveInWorkspace(workspaceDir, rel)
+      target = await placeOf(workspaceDir, relative, name, info)
     } catch (error) {
       if (!(error instanceof ToolError)) throw error
       report.skipped.push({ path: rel, reason: 'would leave the workspace through an existing link' })
@@ -229,29 +230,49 @@ async function moveInto (fromDir: string, workspaceDir: string, relative: string
     }
     // A link already in the workspace may put this entry elsewhere than its staged place (`a → .` puts
     // `a/a/l` at `l`): a link's target is checked again from where it lands.
-    if (info.isSymbolicLink() && !await linkLandsInside(target.absolute, await readlink(source), workspaceDir)) {
+    if (info.isSymbolicLink() && !await linkLandsInside(target, await readlink(source), workspaceDir)) {
       report.skipped.push({ path: rel, reason: 'symlink leaving the workspace from where an existing link puts it' })
       continue
     }
-    const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target.absolute)
-    const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
-    try {
-      const existing = await lstat(dir.at(base)).catch(() => null)
-      if (info.isDirectory()) {
-        if (existing && !existing.isDirectory()) await rm(dir.at(base), { force: true })
-        if (!existing?.isDirectory()) await mkdir(dir.at(base))
-        report.directories++
-      } else {
-        if (existing) await removeTree(dir.at(base))
-        if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
-        else await rename(source, dir.at(base))
-        if (info.isSymbolicLink()) report.symlinks++
-        else report.files++
-      }
-    } finally {
-      await dir.close()
-    }
+    await place(source, info, workspaceDir, target, rel, report)
     if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
+  }
+}
+
+/**
+ * Where an entry named `name` in `relative` lands. Its parent directories are
+ * followed through the workspace's links (and must stay inside). A
+ * directory merges into an existing link to a directory there, as tar
+ * follows one (`current/app.js` updates what `current` points to); any other
+ * entry replaces what is at its name, a link included, never followed
+ * (re-uploading the link `current → releases/v2` removed releases/v2).
+ */
+async function placeOf (workspaceDir: string, relative: string, name: string, info: Stats): Promise<string> {
+  const literal = path.join(relative === '' ? workspaceDir : (await resolveInWorkspace(workspaceDir, relative)).absolute, name)
+  if (!info.isDirectory()) return literal
+  const followed = (await resolveInWorkspace(workspaceDir, relative === '' ? name : `${relative}/${name}`)).absolute
+  return followed !== literal && (await stat(followed).catch(() => null))?.isDirectory() === true ? followed : literal
+}
+
+/** Puts the staged entry `source` at `target` in the workspace, replacing what is there. */
+async function place (source: string, info: Stats, workspaceDir: string, target: string, rel: string, report: ExtractReport): Promise<void> {
+  const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target)
+  const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
+  try {
+    const existing = await lstat(dir.at(base)).catch(() => null)
+    if (info.isDirectory()) {
+      if (existing && !existing.isDirectory()) await rm(dir.at(base), { force: true })
+      if (!existing?.isDirectory()) await mkdir(dir.at(base))
+      report.directories++
+    } else {
+      if (existing) await removeTree(dir.at(base))
+      if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
+      else await rename(source, dir.at(base))
+      if (info.isSymbolicLink()) report.symlinks++
+      else report.files++
+    }
+  } finally {
+    await dir.close()
   }
 }
 

@@ -335,6 +335,33 @@ describe('what the review of the hardening found', () => {
     expect(await readlink(path.join(dir, 'n'))).toBe('plain.txt')
   })
 
+  it('replaces a link an entry is named after, never what it points to; a directory still merges through a link to one', async () => {
+    const app = await buildTestApp()
+    const url = '/v1/workspaces/releases/archive'
+    const put = async (entries: Parameters<typeof tarOf>[0]) => {
+      const response = await requestAs(app, null, 'PUT', url, tarOf(entries), { 'content-type': 'application/gzip' })
+      expect(response.status, JSON.stringify(response.body)).toBe(200)
+      return response.body as { skipped: unknown[] }
+    }
+    const release = [{ name: 'releases/v2/app.js', content: 'v2' }, { name: 'current', type: 'symlink' as const, linkname: 'releases/v2' }]
+    expect((await put(release)).skipped).toEqual([])
+    // The workspace's own archive, uploaded again: `current` is replaced as a link, releases/v2 stays.
+    const own = await app.inject({ method: 'GET', url })
+    const again = await requestAs(app, null, 'PUT', url, own.rawPayload, { 'content-type': 'application/gzip' })
+    expect(again.body).toMatchObject({ skipped: [] })
+    const dir = path.join(app.runtime.workspaces.root, 'tenants', 'default', 'ws', 'releases')
+    expect(await readFile(path.join(dir, 'releases', 'v2', 'app.js'), 'utf8')).toBe('v2')
+    expect(await readlink(path.join(dir, 'current'))).toBe('releases/v2')
+    // Through the link, a file goes where the link leads, as tar puts it.
+    await put([{ name: 'current/app.js', content: 'v2.1' }])
+    expect(await readFile(path.join(dir, 'releases', 'v2', 'app.js'), 'utf8')).toBe('v2.1')
+    // A file named as a link to the workspace itself replaces the link; nothing else goes.
+    await put([{ name: 'here', type: 'symlink', linkname: '.' }])
+    await put([{ name: 'a1', content: '1' }, { name: 'here', content: 'a file now' }, { name: 'z', content: 'z' }])
+    expect(await readFile(path.join(dir, 'here'), 'utf8')).toBe('a file now')
+    expect((await readdir(dir)).sort()).toEqual(['a1', 'current', 'here', 'releases', 'z'])
+  })
+
   it('removes uploads a crash left staged, once they are an hour old, and leaves newer ones', async () => {
     const app = await buildTestApp()
     const staging = app.runtime.workspaces.stagingDir
