@@ -131,7 +131,7 @@ export const ConfigSchema = Type.Object({
     dirs: Type.Array(Type.String(), { default: [] }),
     executable_timeout_seconds: seconds(1, 60),
     stub: Type.Boolean({ default: false }),
-    mcp_servers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9_-]+$' }), McpServerSchema, { default: {} }),
+    mcp_servers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9_-]+$' }), McpServerSchema, { default: {}, additionalProperties: false }),
   }),
   channels: Type.Record(Type.String(), Type.Object({ webhook: Type.String() }, strict), { default: {} }),
   logging: section({

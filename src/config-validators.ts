@@ -3,7 +3,7 @@
 // @ts-nocheck
 "use strict";
 
-const schema11 = {"additionalProperties":false,"type":"object","required":["server","workspaces","limits","auth","sandbox","tools","channels","logging"],"properties":{"server":{"additionalProperties":false,"default":{},"type":"object","required":["host","port","body_limit_bytes","drain_timeout_ms","request_timeout_ms","max_header_bytes","max_mcp_sessions","mcp_session_idle_seconds","idempotency_ttl_seconds"],"properties":{"host":{"default":"127.0.0.1","type":"string"},"port":{"minimum":0,"maximum":65535,"default":8080,"type":"integer"},"body_limit_bytes":{"minimum":1024,"default":10485760,"type":"integer"},"drain_timeout_ms":{"minimum":0,"maximum":2073600000,"default":10000,"type":"integer"},"request_timeout_ms":{"minimum":100,"maximum":2073600000,"default":60000,"type":"integer"},"max_header_bytes":{"minimum":1024,"default":16384,"type":"integer"},"max_mcp_sessions":{"minimum":1,"default":100,"type":"integer"},"mcp_session_idle_seconds":{"minimum":1,"maximum":2073600,"default":900,"type":"integer"},"idempotency_ttl_seconds":{"minimum":1,"default":86400,"type":"integer"},"advertise_url":{"pattern":"^https?://[^/?#]+/?$","type":"string"}}},"workspaces":{"additionalProperties":false,"default":{},"type":"object","required":["ttl_seconds","sweep_interval_seconds","max_archive_entries","max_archive_bytes","max_per_tenant","max_bytes","tenant_quotas"],"properties":{"root":{"type":"string"},"ephemeral_root":{"type":"string"},"ttl_seconds":{"minimum":1,"default":3600,"type":"integer"},"sweep_interval_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"max_archive_entries":{"minimum":1,"default":10000,"type":"integer"},"max_archive_bytes":{"minimum":1,"default":536870912,"type":"integer"},"max_per_tenant":{"minimum":1,"default":1000,"type":"integer"},"max_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"tenant_quotas":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","properties":{"max_workspaces":{"minimum":1,"type":"integer"},"max_workspace_bytes":{"minimum":1024,"type":"integer"}}}}}}},"limits":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","max_queue","queue_timeout_ms","max_result_bytes"],"properties":{"max_concurrent":{"minimum":1,"default":16,"type":"integer"},"max_queue":{"minimum":0,"default":256,"type":"integer"},"queue_timeout_ms":{"minimum":1,"maximum":2073600000,"default":30000,"type":"integer"},"max_result_bytes":{"minimum":256,"default":65536,"type":"integer"}}},"auth":{"additionalProperties":false,"default":{},"type":"object","required":["tokens","disabled"],"properties":{"tokens":{"default":[],"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}},"tokens_file":{"type":"string"},"disabled":{"default":false,"type":"boolean"}}},"sandbox":{"additionalProperties":false,"default":{},"type":"object","required":["mode","network","cpu_seconds","max_file_bytes","max_processes","max_memory_bytes","tmp_bytes"],"properties":{"mode":{"type":"string","enum":["auto","bwrap","none"],"default":"auto"},"network":{"default":false,"type":"boolean"},"cpu_seconds":{"minimum":1,"default":600,"type":"integer"},"max_file_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"max_processes":{"minimum":1,"default":256,"type":"integer"},"max_memory_bytes":{"minimum":16777216,"default":4294967296,"type":"integer"},"tmp_bytes":{"minimum":4096,"default":67108864,"type":"integer"}}},"tools":{"additionalProperties":false,"default":{},"type":"object","required":["exec_shell","processes","spawn","web_fetch","web_search","dirs","executable_timeout_seconds","stub","mcp_servers"],"properties":{"builtin":{"type":"array","items":{"type":"string"}},"exec_shell":{"additionalProperties":false,"default":{},"type":"object","required":["timeout_default","timeout_max"],"properties":{"timeout_default":{"minimum":1,"maximum":2073600,"default":30,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":300,"type":"integer"},"denylist":{"type":"array","items":{"type":"string"}}}},"processes":{"additionalProperties":false,"default":{},"type":"object","required":["max_per_workspace","timeout_default","timeout_max","max_output_bytes","keep_ended"],"properties":{"max_per_workspace":{"minimum":1,"default":8,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":3600,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":86400,"type":"integer"},"max_output_bytes":{"minimum":1024,"default":1048576,"type":"integer"},"keep_ended":{"minimum":0,"default":50,"type":"integer"}}},"spawn":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","timeout_default"],"properties":{"max_concurrent":{"minimum":1,"default":5,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"}}},"web_fetch":{"additionalProperties":false,"default":{},"type":"object","required":["max_bytes","allow_private_networks"],"properties":{"max_bytes":{"minimum":1,"default":10485760,"type":"integer"},"allow_private_networks":{"default":false,"type":"boolean"}}},"web_search":{"additionalProperties":false,"default":{},"type":"object","properties":{"endpoint":{"type":"string"}}},"dirs":{"default":[],"type":"array","items":{"type":"string"}},"executable_timeout_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"stub":{"default":false,"type":"boolean"},"mcp_servers":{"default":{},"type":"object","patternProperties":{"^[A-Za-z0-9_-]+$":{"additionalProperties":false,"type":"object","required":["args","env","internal_only","timeout_ms"],"properties":{"command":{"type":"string"},"args":{"default":[],"type":"array","items":{"type":"string"}},"env":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"type":"string"}}},"url":{"type":"string"},"internal_only":{"default":true,"type":"boolean"},"timeout_ms":{"minimum":1,"maximum":2073600000,"default":60000,"type":"integer"}}}}}}},"channels":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","required":["webhook"],"properties":{"webhook":{"type":"string"}}}}},"logging":{"additionalProperties":false,"default":{},"type":"object","required":["level"],"properties":{"level":{"type":"string","enum":["fatal","error","warn","info","debug","trace","silent"],"default":"info"}}}}};
+const schema11 = {"additionalProperties":false,"type":"object","required":["server","workspaces","limits","auth","sandbox","tools","channels","logging"],"properties":{"server":{"additionalProperties":false,"default":{},"type":"object","required":["host","port","body_limit_bytes","drain_timeout_ms","request_timeout_ms","max_header_bytes","max_mcp_sessions","mcp_session_idle_seconds","idempotency_ttl_seconds"],"properties":{"host":{"default":"127.0.0.1","type":"string"},"port":{"minimum":0,"maximum":65535,"default":8080,"type":"integer"},"body_limit_bytes":{"minimum":1024,"default":10485760,"type":"integer"},"drain_timeout_ms":{"minimum":0,"maximum":2073600000,"default":10000,"type":"integer"},"request_timeout_ms":{"minimum":100,"maximum":2073600000,"default":60000,"type":"integer"},"max_header_bytes":{"minimum":1024,"default":16384,"type":"integer"},"max_mcp_sessions":{"minimum":1,"default":100,"type":"integer"},"mcp_session_idle_seconds":{"minimum":1,"maximum":2073600,"default":900,"type":"integer"},"idempotency_ttl_seconds":{"minimum":1,"default":86400,"type":"integer"},"advertise_url":{"pattern":"^https?://[^/?#]+/?$","type":"string"}}},"workspaces":{"additionalProperties":false,"default":{},"type":"object","required":["ttl_seconds","sweep_interval_seconds","max_archive_entries","max_archive_bytes","max_per_tenant","max_bytes","tenant_quotas"],"properties":{"root":{"type":"string"},"ephemeral_root":{"type":"string"},"ttl_seconds":{"minimum":1,"default":3600,"type":"integer"},"sweep_interval_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"max_archive_entries":{"minimum":1,"default":10000,"type":"integer"},"max_archive_bytes":{"minimum":1,"default":536870912,"type":"integer"},"max_per_tenant":{"minimum":1,"default":1000,"type":"integer"},"max_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"tenant_quotas":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","properties":{"max_workspaces":{"minimum":1,"type":"integer"},"max_workspace_bytes":{"minimum":1024,"type":"integer"}}}}}}},"limits":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","max_queue","queue_timeout_ms","max_result_bytes"],"properties":{"max_concurrent":{"minimum":1,"default":16,"type":"integer"},"max_queue":{"minimum":0,"default":256,"type":"integer"},"queue_timeout_ms":{"minimum":1,"maximum":2073600000,"default":30000,"type":"integer"},"max_result_bytes":{"minimum":256,"default":65536,"type":"integer"}}},"auth":{"additionalProperties":false,"default":{},"type":"object","required":["tokens","disabled"],"properties":{"tokens":{"default":[],"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}},"tokens_file":{"type":"string"},"disabled":{"default":false,"type":"boolean"}}},"sandbox":{"additionalProperties":false,"default":{},"type":"object","required":["mode","network","cpu_seconds","max_file_bytes","max_processes","max_memory_bytes","tmp_bytes"],"properties":{"mode":{"type":"string","enum":["auto","bwrap","none"],"default":"auto"},"network":{"default":false,"type":"boolean"},"cpu_seconds":{"minimum":1,"default":600,"type":"integer"},"max_file_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"max_processes":{"minimum":1,"default":256,"type":"integer"},"max_memory_bytes":{"minimum":16777216,"default":4294967296,"type":"integer"},"tmp_bytes":{"minimum":4096,"default":67108864,"type":"integer"}}},"tools":{"additionalProperties":false,"default":{},"type":"object","required":["exec_shell","processes","spawn","web_fetch","web_search","dirs","executable_timeout_seconds","stub","mcp_servers"],"properties":{"builtin":{"type":"array","items":{"type":"string"}},"exec_shell":{"additionalProperties":false,"default":{},"type":"object","required":["timeout_default","timeout_max"],"properties":{"timeout_default":{"minimum":1,"maximum":2073600,"default":30,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":300,"type":"integer"},"denylist":{"type":"array","items":{"type":"string"}}}},"processes":{"additionalProperties":false,"default":{},"type":"object","required":["max_per_workspace","timeout_default","timeout_max","max_output_bytes","keep_ended"],"properties":{"max_per_workspace":{"minimum":1,"default":8,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":3600,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":86400,"type":"integer"},"max_output_bytes":{"minimum":1024,"default":1048576,"type":"integer"},"keep_ended":{"minimum":0,"default":50,"type":"integer"}}},"spawn":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","timeout_default"],"properties":{"max_concurrent":{"minimum":1,"default":5,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"}}},"web_fetch":{"additionalProperties":false,"default":{},"type":"object","required":["max_bytes","allow_private_networks"],"properties":{"max_bytes":{"minimum":1,"default":10485760,"type":"integer"},"allow_private_networks":{"default":false,"type":"boolean"}}},"web_search":{"additionalProperties":false,"default":{},"type":"object","properties":{"endpoint":{"type":"string"}}},"dirs":{"default":[],"type":"array","items":{"type":"string"}},"executable_timeout_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"stub":{"default":false,"type":"boolean"},"mcp_servers":{"default":{},"additionalProperties":false,"type":"object","patternProperties":{"^[A-Za-z0-9_-]+$":{"additionalProperties":false,"type":"object","required":["args","env","internal_only","timeout_ms"],"properties":{"command":{"type":"string"},"args":{"default":[],"type":"array","items":{"type":"string"}},"env":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"type":"string"}}},"url":{"type":"string"},"internal_only":{"default":true,"type":"boolean"},"timeout_ms":{"minimum":1,"maximum":2073600000,"default":60000,"type":"integer"}}}}}}},"channels":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","required":["webhook"],"properties":{"webhook":{"type":"string"}}}}},"logging":{"additionalProperties":false,"default":{},"type":"object","required":["level"],"properties":{"level":{"type":"string","enum":["fatal","error","warn","info","debug","trace","silent"],"default":"info"}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const func4 = ucs2length;
 const pattern0 = new RegExp("^https?://[^/?#]+/?$", "u");
@@ -1552,12 +1552,21 @@ let data72 = data46.mcp_servers;
 const _errs159 = errors;
 if(errors === _errs159){
 if(data72 && typeof data72 == "object" && !Array.isArray(data72)){
-var valid20 = true;
-for(const key15 in data72){
-if(pattern2.test(key15)){
-let data73 = data72[key15];
 const _errs161 = errors;
-if(errors === _errs161){
+for(const key15 in data72){
+if(!(pattern2.test(key15))){
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers",schemaPath:"#/properties/tools/properties/mcp_servers/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key15},message:"must NOT have additional properties"}];
+return false;
+break;
+}
+}
+if(_errs161 === errors){
+var valid20 = true;
+for(const key16 in data72){
+if(pattern2.test(key16)){
+let data73 = data72[key16];
+const _errs162 = errors;
+if(errors === _errs162){
 if(data73 && typeof data73 == "object" && !Array.isArray(data73)){
 if(data73.args === undefined){
 data73.args = [];
@@ -1573,69 +1582,69 @@ data73.timeout_ms = 60000;
 }
 let missing12;
 if(((((data73.args === undefined) && (missing12 = "args")) || ((data73.env === undefined) && (missing12 = "env"))) || ((data73.internal_only === undefined) && (missing12 = "internal_only"))) || ((data73.timeout_ms === undefined) && (missing12 = "timeout_ms"))){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/required",keyword:"required",params:{missingProperty: missing12},message:"must have required property '"+missing12+"'"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/required",keyword:"required",params:{missingProperty: missing12},message:"must have required property '"+missing12+"'"}];
 return false;
 }
 else {
-const _errs163 = errors;
-for(const key16 in data73){
-if(!((((((key16 === "command") || (key16 === "args")) || (key16 === "env")) || (key16 === "url")) || (key16 === "internal_only")) || (key16 === "timeout_ms"))){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key16},message:"must NOT have additional properties"}];
+const _errs164 = errors;
+for(const key17 in data73){
+if(!((((((key17 === "command") || (key17 === "args")) || (key17 === "env")) || (key17 === "url")) || (key17 === "internal_only")) || (key17 === "timeout_ms"))){
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key17},message:"must NOT have additional properties"}];
 return false;
 break;
 }
 }
-if(_errs163 === errors){
+if(_errs164 === errors){
 if(data73.command !== undefined){
-const _errs164 = errors;
+const _errs165 = errors;
 if(typeof data73.command !== "string"){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/command",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/command/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/command",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/command/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid21 = _errs164 === errors;
+var valid21 = _errs165 === errors;
 }
 else {
 var valid21 = true;
 }
 if(valid21){
 let data75 = data73.args;
-const _errs166 = errors;
-if(errors === _errs166){
+const _errs167 = errors;
+if(errors === _errs167){
 if(Array.isArray(data75)){
 var valid22 = true;
 const len5 = data75.length;
 for(let i5=0; i5<len5; i5++){
-const _errs168 = errors;
+const _errs169 = errors;
 if(typeof data75[i5] !== "string"){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/args/" + i5,schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/args/items/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/args/" + i5,schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/args/items/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid22 = _errs168 === errors;
+var valid22 = _errs169 === errors;
 if(!valid22){
 break;
 }
 }
 }
 else {
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/args",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/args/type",keyword:"type",params:{type: "array"},message:"must be array"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/args",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/args/type",keyword:"type",params:{type: "array"},message:"must be array"}];
 return false;
 }
 }
-var valid21 = _errs166 === errors;
+var valid21 = _errs167 === errors;
 if(valid21){
 let data77 = data73.env;
-const _errs170 = errors;
-if(errors === _errs170){
+const _errs171 = errors;
+if(errors === _errs171){
 if(data77 && typeof data77 == "object" && !Array.isArray(data77)){
 var valid23 = true;
-for(const key17 in data77){
-if(pattern1.test(key17)){
-const _errs172 = errors;
-if(typeof data77[key17] !== "string"){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/env/" + key17.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/env/patternProperties/%5E(.*)%24/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+for(const key18 in data77){
+if(pattern1.test(key18)){
+const _errs173 = errors;
+if(typeof data77[key18] !== "string"){
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/env/" + key18.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/env/patternProperties/%5E(.*)%24/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid23 = _errs172 === errors;
+var valid23 = _errs173 === errors;
 if(!valid23){
 break;
 }
@@ -1643,52 +1652,52 @@ break;
 }
 }
 else {
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/env",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/env/type",keyword:"type",params:{type: "object"},message:"must be object"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/env",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/env/type",keyword:"type",params:{type: "object"},message:"must be object"}];
 return false;
 }
 }
-var valid21 = _errs170 === errors;
+var valid21 = _errs171 === errors;
 if(valid21){
 if(data73.url !== undefined){
-const _errs174 = errors;
+const _errs175 = errors;
 if(typeof data73.url !== "string"){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/url",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/url/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/url",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/url/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
-var valid21 = _errs174 === errors;
+var valid21 = _errs175 === errors;
 }
 else {
 var valid21 = true;
 }
 if(valid21){
-const _errs176 = errors;
+const _errs177 = errors;
 if(typeof data73.internal_only !== "boolean"){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/internal_only",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/internal_only/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/internal_only",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/internal_only/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"}];
 return false;
 }
-var valid21 = _errs176 === errors;
+var valid21 = _errs177 === errors;
 if(valid21){
 let data81 = data73.timeout_ms;
-const _errs178 = errors;
+const _errs179 = errors;
 if(!((typeof data81 == "number") && (!(data81 % 1) && !isNaN(data81)))){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/type",keyword:"type",params:{type: "integer"},message:"must be integer"}];
 return false;
 }
-if(errors === _errs178){
+if(errors === _errs179){
 if(typeof data81 == "number"){
 if(data81 > 2073600000 || isNaN(data81)){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600000},message:"must be <= 2073600000"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2073600000},message:"must be <= 2073600000"}];
 return false;
 }
 else {
 if(data81 < 1 || isNaN(data81)){
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1")+"/timeout_ms",schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/properties/timeout_ms/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
 }
 }
 }
 }
-var valid21 = _errs178 === errors;
+var valid21 = _errs179 === errors;
 }
 }
 }
@@ -1698,13 +1707,14 @@ var valid21 = _errs178 === errors;
 }
 }
 else {
-validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key15.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/type",keyword:"type",params:{type: "object"},message:"must be object"}];
+validate10.errors = [{instancePath:instancePath+"/tools/mcp_servers/" + key16.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/tools/properties/mcp_servers/patternProperties/%5E%5BA-Za-z0-9_-%5D%2B%24/type",keyword:"type",params:{type: "object"},message:"must be object"}];
 return false;
 }
 }
-var valid20 = _errs161 === errors;
+var valid20 = _errs162 === errors;
 if(!valid20){
 break;
+}
 }
 }
 }
@@ -1735,34 +1745,34 @@ return false;
 var valid0 = _errs101 === errors;
 if(valid0){
 let data82 = data.channels;
-const _errs180 = errors;
-if(errors === _errs180){
+const _errs181 = errors;
+if(errors === _errs181){
 if(data82 && typeof data82 == "object" && !Array.isArray(data82)){
 var valid24 = true;
-for(const key18 in data82){
-if(pattern1.test(key18)){
-let data83 = data82[key18];
-const _errs182 = errors;
-if(errors === _errs182){
+for(const key19 in data82){
+if(pattern1.test(key19)){
+let data83 = data82[key19];
+const _errs183 = errors;
+if(errors === _errs183){
 if(data83 && typeof data83 == "object" && !Array.isArray(data83)){
 let missing13;
 if((data83.webhook === undefined) && (missing13 = "webhook")){
-validate10.errors = [{instancePath:instancePath+"/channels/" + key18.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/required",keyword:"required",params:{missingProperty: missing13},message:"must have required property '"+missing13+"'"}];
+validate10.errors = [{instancePath:instancePath+"/channels/" + key19.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/required",keyword:"required",params:{missingProperty: missing13},message:"must have required property '"+missing13+"'"}];
 return false;
 }
 else {
-const _errs184 = errors;
-for(const key19 in data83){
-if(!(key19 === "webhook")){
-validate10.errors = [{instancePath:instancePath+"/channels/" + key18.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key19},message:"must NOT have additional properties"}];
+const _errs185 = errors;
+for(const key20 in data83){
+if(!(key20 === "webhook")){
+validate10.errors = [{instancePath:instancePath+"/channels/" + key19.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key20},message:"must NOT have additional properties"}];
 return false;
 break;
 }
 }
-if(_errs184 === errors){
+if(_errs185 === errors){
 if(data83.webhook !== undefined){
 if(typeof data83.webhook !== "string"){
-validate10.errors = [{instancePath:instancePath+"/channels/" + key18.replace(/~/g, "~0").replace(/\//g, "~1")+"/webhook",schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/properties/webhook/type",keyword:"type",params:{type: "string"},message:"must be string"}];
+validate10.errors = [{instancePath:instancePath+"/channels/" + key19.replace(/~/g, "~0").replace(/\//g, "~1")+"/webhook",schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/properties/webhook/type",keyword:"type",params:{type: "string"},message:"must be string"}];
 return false;
 }
 }
@@ -1770,11 +1780,11 @@ return false;
 }
 }
 else {
-validate10.errors = [{instancePath:instancePath+"/channels/" + key18.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/type",keyword:"type",params:{type: "object"},message:"must be object"}];
+validate10.errors = [{instancePath:instancePath+"/channels/" + key19.replace(/~/g, "~0").replace(/\//g, "~1"),schemaPath:"#/properties/channels/patternProperties/%5E(.*)%24/type",keyword:"type",params:{type: "object"},message:"must be object"}];
 return false;
 }
 }
-var valid24 = _errs182 === errors;
+var valid24 = _errs183 === errors;
 if(!valid24){
 break;
 }
@@ -1786,11 +1796,11 @@ validate10.errors = [{instancePath:instancePath+"/channels",schemaPath:"#/proper
 return false;
 }
 }
-var valid0 = _errs180 === errors;
+var valid0 = _errs181 === errors;
 if(valid0){
 let data85 = data.logging;
-const _errs187 = errors;
-if(errors === _errs187){
+const _errs188 = errors;
+if(errors === _errs188){
 if(data85 && typeof data85 == "object" && !Array.isArray(data85)){
 if(data85.level === undefined){
 data85.level = "info";
@@ -1801,15 +1811,15 @@ validate10.errors = [{instancePath:instancePath+"/logging",schemaPath:"#/propert
 return false;
 }
 else {
-const _errs189 = errors;
-for(const key20 in data85){
-if(!(key20 === "level")){
-validate10.errors = [{instancePath:instancePath+"/logging",schemaPath:"#/properties/logging/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key20},message:"must NOT have additional properties"}];
+const _errs190 = errors;
+for(const key21 in data85){
+if(!(key21 === "level")){
+validate10.errors = [{instancePath:instancePath+"/logging",schemaPath:"#/properties/logging/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key21},message:"must NOT have additional properties"}];
 return false;
 break;
 }
 }
-if(_errs189 === errors){
+if(_errs190 === errors){
 let data86 = data85.level;
 if(typeof data86 !== "string"){
 validate10.errors = [{instancePath:instancePath+"/logging/level",schemaPath:"#/properties/logging/properties/level/type",keyword:"type",params:{type: "string"},message:"must be string"}];
@@ -1827,7 +1837,7 @@ validate10.errors = [{instancePath:instancePath+"/logging",schemaPath:"#/propert
 return false;
 }
 }
-var valid0 = _errs187 === errors;
+var valid0 = _errs188 === errors;
 }
 }
 }

@@ -32,6 +32,9 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ limits: { max_concurrent: 'many' } }))).toBe('config: limits.max_concurrent: must be integer')
     expect(messageOf(() => parseConfig({ sandbox: { mode: 'docker' } }))).toBe('config: sandbox.mode: must be one of auto, bwrap, none')
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { fs: { command: 'x', bogus: 1 } } } }))).toBe('config: tools.mcp_servers.fs.bogus: unknown key')
+    // A server's name is letters, digits, "_" and "-": another name is no server, not an entry left unchecked.
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a.b': { bogus_key: 1 } } } }))).toBe('config: tools.mcp_servers.a.b: unknown key')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a.b': null } } }))).toBe('config: tools.mcp_servers.a.b: unknown key')
     expect(messageOf(() => parseConfig({ auth: { tokens: [{ token: 't' }] } }))).toBe('config: auth.tokens.0.tenant: is required')
     // A password in an MCP server's URL is never sent (fetch refuses such a URL), and the refusal would log it.
     const withPassword = messageOf(() => parseConfig({ tools: { mcp_servers: { web: { url: 'https://user:PW-IN-URL@mcp.example/mcp' } } } }))
