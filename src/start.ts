@@ -101,6 +101,12 @@ async function main (): Promise<void> {
   const tracing = await startTracing(loaded.tracing, log)
   // A sandbox the config requires but that does not work ends the service (it is chosen after listening, app.ts).
   const app = await buildApp(config, { logger: log, hidePaths: secrets, tracing, startFailed: (error) => { fail(error.message) } })
+    .catch((error: unknown) => {
+      // A workspace root that cannot be made or used (EACCES, EROFS, ENOTDIR) is the config's to fix: one line, no stack.
+      const { code, path } = error as NodeJS.ErrnoException
+      if (code === undefined || path === undefined) throw error
+      return fail(`cannot prepare ${path} (workspaces.root or workspaces.ephemeral_root): ${code}`)
+    })
   closeWithGrace({ delay: config.server.drain_timeout_ms + CANCEL_SETTLE_MS + 5000, logger: false }, async ({ signal, err }) => {
     if (err) log.error({ err }, 'shutting down after an error')
     else log.info({ signal }, 'shutting down: draining in-flight calls')

@@ -1,5 +1,6 @@
 /** The built server, started as a user would: `node dist/bundle/server.js` with env and a config file. */
 import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs'
+import { writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { startServer, waitReady } from '../support/server-process.ts'
@@ -98,6 +99,16 @@ describe('the built server', () => {
     const server = await startServer({ limits: { max_concurent: 3 } })
     expect((await server.exited).code).toBe(1)
     expect(server.output()).toMatch(/^toolport: config: limits\.max_concurent: unknown key\n$/)
+  })
+
+  it('exits 1 with one line, no stack, when the workspace root cannot be made', async () => {
+    const file = path.join(await tempDir('toolport-root-'), 'a-file')
+    await writeFile(file, 'not a directory')
+    const server = await startServer({ workspaces: { root: path.join(file, 'ws') } })
+    expect((await server.exited).code).toBe(1)
+    // The log's JSON lines aside (stdout), one line: no stack.
+    const said = server.output().split('\n').filter((line) => line !== '' && !line.startsWith('{'))
+    expect(said).toEqual([`toolport: cannot prepare ${path.join(file, 'ws')} (workspaces.root or workspaces.ephemeral_root): ENOTDIR`])
   })
 
   it('refuses a non-loopback address without tokens unless auth is disabled', async () => {
