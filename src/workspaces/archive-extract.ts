@@ -5,24 +5,23 @@
  * It is extracted safely: into a staging directory first (so a broken
  * archive changes nothing), keeping only plain files, directories and
  * symlinks that stay inside; then every entry is moved into the workspace
- * through the path-containment check, so neither the archive nor links
- * already in the workspace can lead a write outside.
+ * through the path-containment check (archive-move.ts), so neither the
+ * archive nor links already in the workspace can lead a write outside.
  * Archives out (downloads) are archive-pack.ts.
  */
 import { randomUUID } from 'node:crypto'
-import type { Stats } from 'node:fs'
-import { lstat, mkdir, readdir, readlink, realpath, rename, rm, stat, symlink } from 'node:fs/promises'
+import { mkdir, rename } from 'node:fs/promises'
 import path from 'node:path'
 import { type Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { createGunzip } from 'node:zlib'
 import type { Header, ReadEntry } from 'tar'
 import { ToolError } from '../errors.ts'
-import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
 import { directorySize } from './directory-size.ts'
-import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
+import { isInside } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
+import { moveInto } from './archive-move.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
 import { type Identity, identityOf, sameIdentity } from './usage-directory.ts'
 
@@ -150,10 +149,19 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   const forwardError = (error: Error): void => { compressed.destroy(error) }
   body.on('error', forwardError)
   body.pipe(compressed)
+  // An archive of no entries is only its end blocks (zeros), which node-tar in strict mode calls no archive.
+  let onlyZeros = true
+  const zeros = new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      if (onlyZeros && !chunk.equals(Buffer.alloc(chunk.length))) onlyZeros = false
+      callback(null, chunk)
+    },
+  })
   try {
     const inflated = countedBytes(limits.maxBytes, () => unpacksTooLarge(limits.maxBytes))
-    await pipeline(compressed, createGunzip(), inflated, compressedOnce(), extractor, signal ? { signal } : {})
+    await pipeline(compressed, createGunzip(), inflated, compressedOnce(), zeros, extractor, signal ? { signal } : {})
   } catch (error) {
+    if (onlyZeros && entries === 0 && (error as { code?: unknown }).code === 'TAR_BAD_ARCHIVE') return
     throw limitError ?? (error instanceof ToolError ? error : unreadable(error as NodeJS.ErrnoException, staging))
   } finally {
     body.unpipe(compressed)
@@ -204,98 +212,4 @@ function unreadable (error: NodeJS.ErrnoException, staging: string): ToolError {
   if (error.code?.startsWith('Z_')) return new ToolError('BadRequest', `the body is not a gzip-compressed tar archive (${error.message})`)
   const message = (error.message.split('\n')[0] ?? '').replaceAll(`${staging}/`, '').replaceAll(staging, '.')
   return new ToolError('BadRequest', `the archive cannot be read: ${message.replace(/(^|[\s'"(])\/[^\s'"]*/g, '$1…')}`)
-}
-
-/**
- * Moves the staged tree into the workspace, entry by entry, each through
- * path containment and then through a descriptor-held directory, so neither
- * a link already in the workspace nor one swapped in meanwhile can redirect it.
- */
-async function moveInto (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport): Promise<void> {
-  for (const name of await readdir(path.join(fromDir, relative))) {
-    const rel = relative === '' ? name : `${relative}/${name}`
-    const source = path.join(fromDir, rel)
-    const info = await lstat(source)
-    if (info.isSymbolicLink() && !await linkStaysInside(source, await readlink(source), fromDir)) {
-      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace through another link' })
-      continue
-    }
-    let target
-    try {
-      target = await placeOf(workspaceDir, relative, name, info)
-    } catch (error) {
-      if (!(error instanceof ToolError)) throw error
-      report.skipped.push({ path: rel, reason: 'would leave the workspace through an existing link' })
-      continue
-    }
-    // A link already in the workspace may put this entry elsewhere than its staged place (`a → .` puts
-    // `a/a/l` at `l`): a link's target is checked again from where it lands.
-    if (info.isSymbolicLink() && !await linkLandsInside(target, await readlink(source), workspaceDir)) {
-      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace from where an existing link puts it' })
-      continue
-    }
-    await place(source, info, workspaceDir, target, rel, report)
-    if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
-  }
-}
-
-/**
- * Where an entry named `name` in `relative` lands. Its parent directories are
- * followed through the workspace's links (and must stay inside). A
- * directory merges into an existing link to a directory there, as tar
- * follows one (`current/app.js` updates what `current` points to); any other
- * entry replaces what is at its name, a link included, never followed
- * (re-uploading the link `current → releases/v2` removed releases/v2).
- */
-async function placeOf (workspaceDir: string, relative: string, name: string, info: Stats): Promise<string> {
-  const literal = path.join(relative === '' ? workspaceDir : (await resolveInWorkspace(workspaceDir, relative)).absolute, name)
-  if (!info.isDirectory()) return literal
-  const followed = (await resolveInWorkspace(workspaceDir, relative === '' ? name : `${relative}/${name}`)).absolute
-  return followed !== literal && (await stat(followed).catch(() => null))?.isDirectory() === true ? followed : literal
-}
-
-/** Puts the staged entry `source` at `target` in the workspace, replacing what is there. */
-async function place (source: string, info: Stats, workspaceDir: string, target: string, rel: string, report: ExtractReport): Promise<void> {
-  const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target)
-  const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
-  try {
-    const existing = await lstat(dir.at(base)).catch(() => null)
-    if (info.isDirectory()) {
-      if (existing && !existing.isDirectory()) await rm(dir.at(base), { force: true })
-      if (!existing?.isDirectory()) await mkdir(dir.at(base))
-      report.directories++
-    } else {
-      if (existing) await removeTree(dir.at(base))
-      if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
-      else await rename(source, dir.at(base))
-      if (info.isSymbolicLink()) report.symlinks++
-      else report.files++
-    }
-  } finally {
-    await dir.close()
-  }
-}
-
-/** Whether a link made at `link` with `target` stays in `root`: by its words, and followed through the links there. */
-async function linkLandsInside (link: string, target: string, root: string): Promise<boolean> {
-  return !path.isAbsolute(target) && isInside(root, path.resolve(path.dirname(link), target)) && await linkStaysInside(link, target, root)
-}
-
-/**
- * Whether a staged link leads into the staged tree, followed as the kernel
- * would (`u/..` goes up from where the link `u` points, not from `u`'s
- * directory): the deepest existing part of its target must resolve inside.
- */
-async function linkStaysInside (link: string, target: string, stagingDir: string): Promise<boolean> {
-  let candidate = `${path.dirname(link)}/${target}`
-  while (candidate.length >= stagingDir.length) {
-    try {
-      return isInside(stagingDir, await realpath(candidate))
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') return false
-    }
-    candidate = candidate.slice(0, candidate.lastIndexOf('/'))
-  }
-  return false
 }

@@ -113,6 +113,15 @@ describe('workspaces', () => {
     expect((await exec(app, 'read_file', { path: 'lnk/through-link.txt' }, { workspace: 'hostile' })).body.result.content).toBe('evil')
   })
 
+  it('takes back the archive of an empty workspace (a tar of no entries)', async () => {
+    const app = await buildTestApp()
+    expect((await request(app, 'POST', '/v1/workspaces', { id: 'empty' })).status).toBe(201)
+    const archive = await app.inject({ method: 'GET', url: '/v1/workspaces/empty/archive' })
+    expect(archive.statusCode).toBe(200)
+    const back = await request(app, 'PUT', '/v1/workspaces/empty/archive', archive.rawPayload, { 'content-type': 'application/gzip' })
+    expect(back).toMatchObject({ status: 200, body: { files: 0, directories: 0, symlinks: 0, skipped: [] } })
+  })
+
   it('refuses what is not a gzip archive and archives of unknown workspaces', async () => {
     const app = await buildTestApp()
     expectProblem(await request(app, 'PUT', '/v1/workspaces/x/archive', Buffer.from('not a tarball'), { 'content-type': 'application/gzip' }), 400, 'BadRequest')

@@ -1,0 +1,109 @@
+/**
+ * An upload's staged tree moved into the workspace (archive-extract.ts
+ * stages it): entry by entry, each through path containment and then
+ * through a descriptor-held directory, so neither a link already in the
+ * workspace nor one swapped in meanwhile can redirect it, and every link
+ * checked again where it lands.
+ */
+import type { Stats } from 'node:fs'
+import { lstat, mkdir, readdir, readlink, realpath, rename, rm, stat, symlink } from 'node:fs/promises'
+import path from 'node:path'
+import { ToolError } from '../errors.ts'
+import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
+import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
+import type { ExtractReport } from './archive-extract.ts'
+import { removeTree } from './remove-tree.ts'
+
+/**
+ * Moves the staged tree into the workspace, entry by entry, each through
+ * path containment and then through a descriptor-held directory, so neither
+ * a link already in the workspace nor one swapped in meanwhile can redirect it.
+ */
+export async function moveInto (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport): Promise<void> {
+  for (const name of await readdir(path.join(fromDir, relative))) {
+    const rel = relative === '' ? name : `${relative}/${name}`
+    const source = path.join(fromDir, rel)
+    const info = await lstat(source)
+    if (info.isSymbolicLink() && !await linkStaysInside(source, await readlink(source), fromDir)) {
+      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace through another link' })
+      continue
+    }
+    let target
+    try {
+      target = await placeOf(workspaceDir, relative, name, info)
+    } catch (error) {
+      if (!(error instanceof ToolError)) throw error
+      report.skipped.push({ path: rel, reason: 'would leave the workspace through an existing link' })
+      continue
+    }
+    // A link already in the workspace may put this entry elsewhere than its staged place (`a → .` puts
+    // `a/a/l` at `l`): a link's target is checked again from where it lands.
+    if (info.isSymbolicLink() && !await linkLandsInside(target, await readlink(source), workspaceDir)) {
+      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace from where an existing link puts it' })
+      continue
+    }
+    await place(source, info, workspaceDir, target, rel, report)
+    if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
+  }
+}
+
+/**
+ * Where an entry named `name` in `relative` lands. Its parent directories are
+ * followed through the workspace's links (and must stay inside). A
+ * directory merges into an existing link to a directory there, as tar
+ * follows one (`current/app.js` updates what `current` points to); any other
+ * entry replaces what is at its name, a link included, never followed
+ * (re-uploading the link `current → releases/v2` removed releases/v2).
+ */
+async function placeOf (workspaceDir: string, relative: string, name: string, info: Stats): Promise<string> {
+  const literal = path.join(relative === '' ? workspaceDir : (await resolveInWorkspace(workspaceDir, relative)).absolute, name)
+  if (!info.isDirectory()) return literal
+  const followed = (await resolveInWorkspace(workspaceDir, relative === '' ? name : `${relative}/${name}`)).absolute
+  return followed !== literal && (await stat(followed).catch(() => null))?.isDirectory() === true ? followed : literal
+}
+
+/** Puts the staged entry `source` at `target` in the workspace, replacing what is there. */
+async function place (source: string, info: Stats, workspaceDir: string, target: string, rel: string, report: ExtractReport): Promise<void> {
+  const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target)
+  const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
+  try {
+    const existing = await lstat(dir.at(base)).catch(() => null)
+    if (info.isDirectory()) {
+      if (existing && !existing.isDirectory()) await rm(dir.at(base), { force: true })
+      if (!existing?.isDirectory()) await mkdir(dir.at(base))
+      report.directories++
+    } else {
+      if (existing) await removeTree(dir.at(base))
+      if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
+      else await rename(source, dir.at(base))
+      if (info.isSymbolicLink()) report.symlinks++
+      else report.files++
+    }
+  } finally {
+    await dir.close()
+  }
+}
+
+/** Whether a link made at `link` with `target` stays in `root`: by its words, and followed through the links there. */
+async function linkLandsInside (link: string, target: string, root: string): Promise<boolean> {
+  return !path.isAbsolute(target) && isInside(root, path.resolve(path.dirname(link), target)) && await linkStaysInside(link, target, root)
+}
+
+/**
+ * Whether a staged link leads into the staged tree, followed as the kernel
+ * would (`u/..` goes up from where the link `u` points, not from `u`'s
+ * directory): the deepest existing part of its target must resolve inside.
+ */
+async function linkStaysInside (link: string, target: string, stagingDir: string): Promise<boolean> {
+  let candidate = `${path.dirname(link)}/${target}`
+  while (candidate.length >= stagingDir.length) {
+    try {
+      return isInside(stagingDir, await realpath(candidate))
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') return false
+    }
+    candidate = candidate.slice(0, candidate.lastIndexOf('/'))
+  }
+  return false
+}
