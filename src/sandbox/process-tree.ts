@@ -46,6 +46,37 @@ export function descendantsOf (root: number): number[] {
   return found
 }
 
+/** A process as found at one moment: its pid and its start time, which a later process given the same pid does not share. */
+export interface FoundProcess {
+  pid: number
+  startedAt: string
+}
+
+/** When `pid` started (clock ticks since boot, /proc/PID/stat field 22); '' when it is gone. */
+function startTimeOf (pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? ''
+  } catch {
+    return ''
+  }
+}
+
+/** Every live descendant of `root`, each with its start time. */
+export function foundDescendantsOf (root: number): FoundProcess[] {
+  return descendantsOf(root).map((pid) => ({ pid, startedAt: startTimeOf(pid) })).filter((found) => found.startedAt !== '')
+}
+
+/** Signals each of `found` that is still the process found (not another that took its pid since). */
+export function signalFound (found: FoundProcess[], signal: NodeJS.Signals): void {
+  for (const { pid, startedAt } of found) {
+    if (startTimeOf(pid) !== startedAt) continue
+    try {
+      process.kill(pid, signal)
+    } catch {}
+  }
+}
+
 /** The command name of a process ('' when it is gone). */
 export function commandNameOf (pid: number): string {
   try {

@@ -7,6 +7,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
+import { foundDescendantsOf, signalFound } from '../sandbox/process-tree.ts'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
@@ -117,8 +118,14 @@ export class McpConnector {
  */
 export async function disconnect ({ client, transport, closed }: McpConnection): Promise<void> {
   if (transport instanceof StreamableHTTPClientTransport) await within(transport.terminateSession(), TERMINATE_WAIT_MS).catch(() => {})
+  // The SDK ends a stdio server's own process only: what it started (a helper, a shell's command)
+  // would outlive it, out of reach once its parent is gone. They are found now, asked to stop with
+  // the server, and killed if still there once it has gone.
+  const helpers = transport instanceof StdioClientTransport && transport.pid !== null ? foundDescendantsOf(transport.pid) : []
+  signalFound(helpers, 'SIGTERM')
   await client.close().catch(() => {})
   await within(closed, CLOSE_WAIT_MS)
+  signalFound(helpers, 'SIGKILL')
 }
 
 /** Whether a failed request means the HTTP connection is unusable: 404 = session gone (the spec says start a new one), or the network failed. */

@@ -158,6 +158,14 @@ describe('MCP servers over stdio', () => {
     expect(pids.filter(isAlive)).toEqual([])
   })
 
+  it('ends what a stdio server started with it at shutdown (the SDK ends only the server\'s own process)', async () => {
+    const app = await mcpApp({ odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'], internal_only: false } })
+    const helper = Number(textOf((await exec(app, 'odd__helper', {})).body.result))
+    expect(isAlive(helper)).toBe(true)
+    await app.close()
+    expect(await eventually(() => !isAlive(helper))).toBe(true)
+  })
+
   it('works with the published @modelcontextprotocol/server-everything', async () => {
     const app = await mcpApp({ everything: { command: process.execPath, args: [EVERYTHING, 'stdio'] } })
     const names = await catalogNames(app, 'everything__*')
