@@ -107,10 +107,11 @@ describe('edit_file', () => {
     const server = net.createServer()
     await new Promise<void>((resolve) => server.listen(path.join(ctx.workspaceDir, 's.sock'), resolve))
     try {
+      // Each call made when it is awaited: a second one made at once would reject unawaited.
       for (const use of [
-        editFileTool.execute({ path: 's.sock', old_text: 'a', new_text: 'b' }, ctx),
-        readFileTool.execute({ path: 's.sock' }, ctx),
-      ]) await expect(use).rejects.toMatchObject({ code: 'InvalidArgs', message: expect.stringMatching(/not a regular file/) })
+        () => editFileTool.execute({ path: 's.sock', old_text: 'a', new_text: 'b' }, ctx),
+        () => readFileTool.execute({ path: 's.sock' }, ctx),
+      ]) await expect(use()).rejects.toMatchObject({ code: 'InvalidArgs', message: expect.stringMatching(/not a regular file/) })
     } finally {
       server.close()
     }
