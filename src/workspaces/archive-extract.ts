@@ -149,10 +149,13 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   const forwardError = (error: Error): void => { compressed.destroy(error) }
   body.on('error', forwardError)
   body.pipe(compressed)
-  // An archive of no entries is only its end blocks (zeros), which node-tar in strict mode calls no archive.
+  // An archive of no entries is only its end: two or more zero blocks, which node-tar in strict mode
+  // calls no archive. Anything else that fails so (a few zero bytes, nothing at all) is none.
   let onlyZeros = true
+  let inflatedBytes = 0
   const zeros = new Transform({
     transform (chunk: Buffer, _encoding, callback) {
+      inflatedBytes += chunk.length
       if (onlyZeros && !chunk.equals(Buffer.alloc(chunk.length))) onlyZeros = false
       callback(null, chunk)
     },
@@ -161,7 +164,8 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
     const inflated = countedBytes(limits.maxBytes, () => unpacksTooLarge(limits.maxBytes))
     await pipeline(compressed, createGunzip(), inflated, compressedOnce(), zeros, extractor, signal ? { signal } : {})
   } catch (error) {
-    if (onlyZeros && entries === 0 && (error as { code?: unknown }).code === 'TAR_BAD_ARCHIVE') return
+    const emptyArchive = onlyZeros && inflatedBytes >= 2 * TAR_BLOCK_BYTES && inflatedBytes % TAR_BLOCK_BYTES === 0
+    if (emptyArchive && entries === 0 && (error as { code?: unknown }).code === 'TAR_BAD_ARCHIVE') return
     throw limitError ?? (error instanceof ToolError ? error : unreadable(error as NodeJS.ErrnoException, staging))
   } finally {
     body.unpipe(compressed)
@@ -203,6 +207,7 @@ function compressedOnce (): Transform {
 }
 
 const MAGIC_BYTES = 4
+const TAR_BLOCK_BYTES = 512
 const GZIP_MAGIC = Buffer.from([0x1f, 0x8b])
 const ZSTD_MAGIC = Buffer.from([0x28, 0xb5, 0x2f, 0xfd])
 const isCompressed = (head: Buffer): boolean => head.subarray(0, 2).equals(GZIP_MAGIC) || head.subarray(0, 4).equals(ZSTD_MAGIC)

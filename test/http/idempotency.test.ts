@@ -235,6 +235,22 @@ describe('Idempotency-Key', () => {
     expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
   })
 
+  it('keeps the key of a batch some of whose calls ran, though another was refused: none runs twice (one all of whose calls were refused is released: test/e2e/shutdown.test.ts)', async () => {
+    const app = await buildTestApp({ limits: { max_concurrent: 2, max_queue: 0 } })
+    const holder = post(app, EXECUTE, { workspace: 'w', arguments: { command: heldCommand('true') } })
+    await untilExistsWhileFull(app, holder)
+    // One slot left: of two calls at once, one runs and one is refused.
+    const mixed = { workspace: 'w', parallel: true, calls: [{ id: 'a', name: 'exec_shell', arguments: { command: 'echo a >> log.txt' } }, { id: 'b', name: 'exec_shell', arguments: { command: 'echo b >> log.txt' } }] }
+    const first = await post(app, '/v1/tool-calls', mixed, 'k-mixed')
+    expect(first.body.results.map((result: { status: number }) => result.status).sort()).toEqual([200, 503])
+    const again = await post(app, '/v1/tool-calls', mixed, 'k-mixed')
+    expect(again.headers['idempotent-replayed']).toBe('true')
+    expect(again.body).toEqual(first.body)
+    expect(await linesOf(app, 'log.txt')).toHaveLength(1)
+    await readyToRelease(app)
+    expect((await holder).status).toBe(200)
+  })
+
   it('keeps its records under workspaces.root, per tenant, named by the key digest', async () => {
     const app = await buildTestApp()
     await post(app, EXECUTE, appendLine(), 'k-file')

@@ -120,6 +120,10 @@ describe('workspaces', () => {
     expect(archive.statusCode).toBe(200)
     const back = await request(app, 'PUT', '/v1/workspaces/empty/archive', archive.rawPayload, { 'content-type': 'application/gzip' })
     expect(back).toMatchObject({ status: 200, body: { files: 0, directories: 0, symlinks: 0, skipped: [] } })
+    // A few zero bytes, or nothing, is no archive.
+    for (const inflated of [Buffer.alloc(7), Buffer.alloc(0)]) {
+      expect((await request(app, 'PUT', '/v1/workspaces/empty/archive', gzipSync(inflated), { 'content-type': 'application/gzip' })).status).toBe(400)
+    }
   })
 
   it('refuses what is not a gzip archive and archives of unknown workspaces', async () => {

@@ -91,8 +91,9 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
       const run = (item: unknown, index: number) => runItem(runtime, item, index, caller, workspace)
       const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
       const done = await mapWithConcurrency(calls, width, run)
-      // A call the service refused or stopped (a shutdown's drain) is to be retried, and so is the batch.
-      if (done.some(({ outcome }) => !outcome.ok && outcome.error.code === 'Overloaded')) inviteRetry(request)
+      // A batch none of whose calls ran to an answer of its own (each refused, or stopped by a shutdown's
+      // drain) is to be retried; one some of whose calls did is kept, so that none runs twice.
+      if (done.length > 0 && done.every(({ outcome }) => !outcome.ok && outcome.error.code === 'Overloaded')) inviteRetry(request)
       const format = request.body.format ?? 'native'
       const messages = done.map(({ id, outcome }) => toolMessage(id, outcome, format))
       const results = done.map(({ id, outcome }) => batchResult(id, outcome, request.id))
