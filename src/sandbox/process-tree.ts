@@ -62,9 +62,16 @@ function startTimeOf (pid: number): string {
   }
 }
 
-/** Every live descendant of `root`, each with its start time. */
-export function foundDescendantsOf (root: number): FoundProcess[] {
-  return descendantsOf(root).map((pid) => ({ pid, startedAt: startTimeOf(pid) })).filter((found) => found.startedAt !== '')
+/** `pid` as it is now; undefined when it is gone. */
+export function foundProcess (pid: number): FoundProcess | undefined {
+  const startedAt = startTimeOf(pid)
+  return startedAt === '' ? undefined : { pid, startedAt }
+}
+
+/** Every live descendant of `root`, each with its start time; none when `root` is gone (or its pid another's now). */
+export function foundDescendantsOf (root: FoundProcess): FoundProcess[] {
+  if (startTimeOf(root.pid) !== root.startedAt) return []
+  return descendantsOf(root.pid).map((pid) => ({ pid, startedAt: startTimeOf(pid) })).filter((found) => found.startedAt !== '')
 }
 
 /** Signals each of `found` that is still the process found (not another that took its pid since). */

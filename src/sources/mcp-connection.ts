@@ -7,7 +7,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
-import { foundDescendantsOf, signalFound } from '../sandbox/process-tree.ts'
+import { type FoundProcess, foundDescendantsOf, foundProcess, signalFound } from '../sandbox/process-tree.ts'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
@@ -27,6 +27,8 @@ export interface McpConnection {
   transport: Transport
   /** Settles when the transport has closed (for stdio: when the child has exited). */
   closed: Promise<void>
+  /** A stdio server's process, as it was once started. */
+  server?: FoundProcess
 }
 
 /** What the source hears from a connection once it is open. */
@@ -104,6 +106,7 @@ export class McpConnector {
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => events.onToolListChanged(connection))
     try {
       await client.connect(transport, { signal, timeout: this.#options.connectTimeoutMs })
+      if (transport instanceof StdioClientTransport && transport.pid !== null) connection.server = foundProcess(transport.pid)
     } catch (error) {
       await disconnect(connection)
       throw error
@@ -116,12 +119,12 @@ export class McpConnector {
  * Closes a connection and waits (bounded) for its transport to be gone. A
  * session of a stateful HTTP server is ended politely first (DELETE).
  */
-export async function disconnect ({ client, transport, closed }: McpConnection): Promise<void> {
+export async function disconnect ({ client, transport, closed, server }: McpConnection): Promise<void> {
   if (transport instanceof StreamableHTTPClientTransport) await within(transport.terminateSession(), TERMINATE_WAIT_MS).catch(() => {})
   // The SDK ends a stdio server's own process only: what it started (a helper, a shell's command)
-  // would outlive it, out of reach once its parent is gone. They are found now, asked to stop with
-  // the server, and killed if still there once it has gone.
-  const helpers = transport instanceof StdioClientTransport && transport.pid !== null ? foundDescendantsOf(transport.pid) : []
+  // would outlive it, out of reach once its parent is gone. They are found now (while the server
+  // is the process that was started), asked to stop with it, and killed if still there once it has gone.
+  const helpers = server === undefined ? [] : foundDescendantsOf(server)
   signalFound(helpers, 'SIGTERM')
   await client.close().catch(() => {})
   await within(closed, CLOSE_WAIT_MS)
