@@ -135,3 +135,17 @@ export class Limiter {
     return new ToolError(this.options.rejectCode, message, retryAfterSeconds === undefined ? {} : { retryAfterSeconds })
   }
 }
+
+/** `run` over every item, at most `width` at a time, results in item order. */
+export async function mapWithConcurrency<T, R> (items: readonly T[], width: number, run: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length)
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const index = next++
+      results[index] = await run(items[index] as T, index)
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker))
+  return results
+}

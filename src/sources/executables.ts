@@ -10,6 +10,7 @@ import { mkdtemp, readdir, realpath, rm, stat } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import type { Logger } from 'pino'
+import { mapWithConcurrency } from '../execution/limiter.ts'
 import type { AnyTool } from '../execution/tool.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { executableTool, parseDescription } from './executable-tool.ts'
@@ -113,12 +114,9 @@ export class ExecutableSource {
       }
     }
     // A few at once: one slow `--describe` does not hold back the others (publishing sorts them by file).
-    const queue = changed.values()
-    await Promise.all(Array.from({ length: DESCRIBE_CONCURRENCY }, async () => {
-      for (const { file, fingerprint, executable } of queue) {
-        this.#known.set(file, { fingerprint, tool: executable ? await this.#describe(file) : this.#skip(file, 'the file is not executable') })
-      }
-    }))
+    await mapWithConcurrency(changed, DESCRIBE_CONCURRENCY, async ({ file, fingerprint, executable }) => {
+      this.#known.set(file, { fingerprint, tool: executable ? await this.#describe(file) : this.#skip(file, 'the file is not executable') })
+    })
     for (const file of this.#known.keys()) if (!seen.has(file)) this.#known.delete(file)
     this.#publish()
   }

@@ -6,6 +6,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { type Static, Type } from '@sinclair/typebox'
 import { type Caller, execute, type Outcome } from '../../execution/execute.ts'
+import { mapWithConcurrency } from '../../execution/limiter.ts'
 import type { Runtime } from '../../runtime.ts'
 import { WorkspaceScope } from '../../workspaces/scope.ts'
 import { toProblem, ToolError } from '../../errors.ts'
@@ -52,24 +53,6 @@ async function runItem (runtime: Runtime, item: unknown, index: number, caller: 
   return { id: call.id, outcome: await execute(runtime, call, caller, workspace) }
 }
 
-/**
- * `run` over every item, at most `width` at a time, results in item order.
- * A parallel batch takes at most the limiter's width, so its own calls wait
- * for each other instead of filling the limiter's queue and being refused.
- */
-async function mapWithConcurrency<T, R> (items: readonly T[], width: number, run: (item: T, index: number) => Promise<R>): Promise<R[]> {
-  const results = new Array<R>(items.length)
-  let next = 0
-  const worker = async (): Promise<void> => {
-    while (next < items.length) {
-      const index = next++
-      results[index] = await run(items[index] as T, index)
-    }
-  }
-  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker))
-  return results
-}
-
 function batchResult (id: string, outcome: Outcome, requestId: string): Static<typeof BatchResult> {
   if (outcome.ok) {
     return { id, name: outcome.tool, ok: true, status: 200, result: outcome.result, truncated: outcome.truncated, duration_ms: outcome.durationMs }
@@ -89,6 +72,8 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
     try {
       const calls = request.body.calls
       const run = (item: unknown, index: number) => runItem(runtime, item, index, caller, workspace)
+      // A parallel batch takes at most the limiter's width, so its own calls wait for each other
+      // instead of filling the limiter's queue and being refused.
       const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
       const done = await mapWithConcurrency(calls, width, run)
       // A batch none of whose calls ran to an answer of its own (each refused, or stopped by a shutdown's
