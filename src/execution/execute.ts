@@ -6,7 +6,6 @@
  */
 import type { Logger } from 'pino'
 import { asToolError, isFailure, ToolError } from '../errors.ts'
-import { MAX_JSON_DEPTH, nestedDeeperThan } from './json-text.ts'
 import type { NameMatcher } from './globs.ts'
 import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
@@ -200,8 +199,6 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
             // An ephemeral workspace goes with its scope: a scan would count what is about to be removed.
             endChange?.({ rescan: lease.id !== null })
           })
-          // An upstream server's answer, nested past what can be serialised again, is no result.
-          if (nestedDeeperThan(raw)) throw new ToolError('ExecutionFailed', `the tool's result is nested more than ${MAX_JSON_DEPTH} levels deep`)
           const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
           outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
         }

@@ -6,7 +6,7 @@
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
 import { type AnyTool, hintsOf, type JsonSchema, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
-import { nestedDeeperThan } from '../execution/json-text.ts'
+import { MAX_JSON_DEPTH, nestedDeeperThan } from '../execution/json-text.ts'
 import { clipText } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
 
@@ -56,6 +56,8 @@ export function toolValueOf (result: CallToolResult): unknown {
   if (result.isError === true) throw new ToolError('ExecutionFailed', textOf(result) || 'the MCP tool reported an error')
   const value: Record<string, unknown> = { content: result.content ?? [] }
   if (result.structuredContent !== undefined) value['structuredContent'] = result.structuredContent
+  // Nested past what can be serialised again (the result's truncation would overflow), it is no result.
+  if (nestedDeeperThan(value)) throw new ToolError('ExecutionFailed', `the tool's result is nested more than ${MAX_JSON_DEPTH} levels deep`)
   return value
 }
 
