@@ -7,7 +7,12 @@
  */
 import { readdirSync, readFileSync } from 'node:fs'
 
-/** The parent of each process, from /proc/PID/stat (the command name may hold spaces and parentheses). */
+/** The fields of a /proc/PID/stat line after the command name (which may hold spaces and parentheses): the state first. */
+function statFields (stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+}
+
+/** The parent of each process, from /proc/PID/stat. */
 function parents (): Map<number, number[]> {
   const children = new Map<number, number[]>()
   let names: string[]
@@ -24,7 +29,7 @@ function parents (): Map<number, number[]> {
     } catch {
       continue // gone meanwhile
     }
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+    const ppid = Number(statFields(stat)[1])
     const list = children.get(ppid) ?? []
     list.push(Number(name))
     children.set(ppid, list)
@@ -55,8 +60,7 @@ export interface FoundProcess {
 /** When `pid` started (clock ticks since boot, /proc/PID/stat field 22); '' when it is gone. */
 function startTimeOf (pid: number): string {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? ''
+    return statFields(readFileSync(`/proc/${pid}/stat`, 'utf8'))[19] ?? ''
   } catch {
     return ''
   }
