@@ -21,7 +21,7 @@ import { directorySize } from './directory-size.ts'
 import { isInside } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
-import { moveInto } from './archive-move.ts'
+import { bytesReplacedBy, moveInto } from './archive-move.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
 import { type Identity, identityOf, sameIdentity } from './usage-directory.ts'
 
@@ -58,9 +58,9 @@ function refusal (entry: ReadEntry | Header, stagingDir: string): string | null 
 
 /**
  * Extracts the .tar.gz streamed in `body` into `workspaceDir` (canonical).
- * The workspace's byte quota is asked for the whole unpacked size before
- * anything moves in (files the archive replaces are not credited: a
- * conservative check); the workspace's usage is then scanned again. `body` is read, never destroyed: after a refusal the
+ * The workspace's byte quota is asked for the unpacked size, less the files
+ * it replaces, before anything moves in; the workspace's usage is then
+ * scanned again. `body` is read, never destroyed: after a refusal the
  * caller still answers on its connection.
  */
 export async function extractArchive (body: Readable, workspaceDir: string, stagingDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
@@ -75,7 +75,7 @@ export async function extractArchive (body: Readable, workspaceDir: string, stag
     // Checked and moved in alone among the workspace's writes, so two uploads (or an upload and a write) cannot both take the last bytes.
     await withQuotaLock(workspaceDir, async () => {
       ensureStillThere(workspaceDir, home)
-      await quota.ensureRoom(staged.bytes)
+      await quota.ensureRoom(staged.bytes - await bytesReplacedBy(staging, workspaceDir))
       try {
         await moveInto(staging, workspaceDir, '', report)
       } finally {

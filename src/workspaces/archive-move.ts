@@ -48,6 +48,34 @@ export async function moveInto (fromDir: string, workspaceDir: string, relative:
 }
 
 /**
+ * The bytes of the workspace's files that the staged files will replace (a
+ * file at the same name; a link there is replaced, not what it points to), so that restoring a workspace from its own archive is not
+ * counted twice against its quota. Only files whose directory in the
+ * workspace is reached without a link are credited: the credit must never
+ * exceed what the move frees (the scan after it brings the figure to the truth).
+ */
+export async function bytesReplacedBy (stagingDir: string, workspaceDir: string): Promise<number> {
+  let replaced = 0
+  const plainDirectory = new Map<string, Promise<boolean>>()
+  const reachedWithoutLink = (dir: string): Promise<boolean> => {
+    let known = plainDirectory.get(dir)
+    if (known === undefined) {
+      known = realpath(dir).then((real) => real === dir, () => false)
+      plainDirectory.set(dir, known)
+    }
+    return known
+  }
+  for (const entry of await readdir(stagingDir, { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile()) continue
+    const dir = path.join(workspaceDir, path.relative(stagingDir, entry.parentPath))
+    if (!await reachedWithoutLink(dir)) continue
+    const existing = await lstat(path.join(dir, entry.name)).catch(() => null)
+    if (existing?.isFile() === true) replaced += existing.size
+  }
+  return replaced
+}
+
+/**
  * Where an entry named `name` in `relative` lands. Its parent directories are
  * followed through the workspace's links (and must stay inside). A
  * directory merges into an existing link to a directory there, as tar

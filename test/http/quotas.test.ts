@@ -84,6 +84,21 @@ describe('workspace byte quota', () => {
     const dir = app.runtime.workspaces.get('default', 'arc').dir
     expect([existsSync(path.join(dir, 'b.txt')), existsSync(path.join(dir, 'c.txt'))]).toEqual([false, false])
   })
+
+  it('credits the files an archive replaces, so a workspace over half its quota can be restored from its own archive', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] }, workspaces: { max_bytes: 4096 } })
+    expect((await execAs(app, '', 'write_file', { path: 'src/a.txt', content: 'a'.repeat(3000) }, 'back')).status).toBe(200)
+    const archive = await app.inject({ method: 'GET', url: '/v1/workspaces/back/archive' })
+    expect(archive.statusCode).toBe(200)
+    const restored = await requestAs(app, '', 'PUT', '/v1/workspaces/back/archive', archive.rawPayload, { 'content-type': 'application/gzip' })
+    expect(restored.status).toBe(200)
+    const dir = app.runtime.workspaces.get('default', 'back').dir
+    expect(await readFile(path.join(dir, 'src/a.txt'), 'utf8')).toBe('a'.repeat(3000))
+    // Only a file at the entry's own name is credited: a link there is replaced, not the file it points to.
+    expect((await execAs(app, '', 'exec_shell', { command: 'mv src/a.txt big && ln -s big src/a.txt' }, 'back')).status).toBe(200)
+    expectProblem(await requestAs(app, '', 'PUT', '/v1/workspaces/back/archive', tarOf([{ name: 'src/a.txt', content: 'b'.repeat(3000) }]), { 'content-type': 'application/gzip' }), 413, 'PayloadTooLarge')
+    expect((await execAs(app, '', 'exec_shell', { command: 'test -L src/a.txt && wc -c < big' }, 'back')).body).toMatchObject({ result: { exit_code: 0, stdout: '3000\n' } })
+  })
 })
 
 describe('workspace usage without a walk per request', () => {
