@@ -22,6 +22,7 @@ import { isInside } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
 import { bytesReplacedBy, moveInto } from './archive-move.ts'
+import { type ExtractReport, skip } from './archive-report.ts'
 import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
 import { type Identity, identityOf, sameIdentity } from './usage-directory.ts'
 
@@ -33,13 +34,6 @@ export interface ArchiveLimits {
   maxBodyBytes: number
 }
 
-export interface ExtractReport {
-  files: number
-  directories: number
-  symlinks: number
-  skipped: Array<{ path: string, reason: string }>
-}
-
 const KEPT_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'SymbolicLink'])
 
 /** Why an entry is refused, or null when it may be extracted. */
@@ -48,6 +42,10 @@ function refusal (entry: ReadEntry | Header, stagingDir: string): string | null 
   if (!KEPT_TYPES.has(String(entry.type))) return `entry type ${String(entry.type)} is not allowed (only files, directories and symlinks)`
   if (name.startsWith('/') || /^[A-Za-z]:/.test(name)) return 'absolute path'
   if (name.split(/[\\/]/).includes('..')) return 'path contains ".."'
+  // node-tar would drop either silently: a file cannot replace the workspace's own directory, and a
+  // name that is not UTF-8 arrives with U+FFFD in it, where two such names would become one file.
+  if (entry.type !== 'Directory' && path.posix.normalize(name.replaceAll('\\', '/')).replace(/\/$/, '') === '.') return 'names the workspace itself'
+  if (name.includes('\uFFFD')) return 'the name is not valid UTF-8'
   if (entry.type === 'SymbolicLink') {
     const target = entry.linkpath ?? ''
     if (path.isAbsolute(target)) return 'symlink to an absolute path'
@@ -68,7 +66,7 @@ export async function extractArchive (body: Readable, workspaceDir: string, stag
   const staging = path.join(stagingDir, `${Date.now()}-${randomUUID()}`)
   const home = identityOf(workspaceDir)
   await mkdir(staging, { recursive: true })
-  const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [] }
+  const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [], skipped_count: 0 }
   try {
     await unpackInto(body, staging, limits, report, signal)
     const staged = await directorySize(staging)
@@ -126,11 +124,8 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
     noChmod: true,
     filter: (entryPath, stat) => {
       const entry = stat as ReadEntry
-      const why = refusal(entry, staging)
-      if (why) {
-        if (report.skipped.length < 100) report.skipped.push({ path: entryPath, reason: why })
-        return false
-      }
+      // Refused entries are reported as node-tar sets them aside ('ignoredEntry' below).
+      if (refusal(entry, staging) !== null) return false
       // No setuid, setgid or sticky bits: a workspace file must never become a privileged program.
       if (typeof entry.mode === 'number') entry.mode &= 0o777
       entries++
@@ -144,6 +139,11 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   })
   // Its errors reach us through the pipeline; one from a write still under way after a failure must not go uncaught.
   extractor.on('error', () => {})
+  // Entries the filter refused, and those node-tar sets aside before asking it (kinds it does not
+  // extract, such as a GNU sparse file).
+  extractor.on('ignoredEntry', (entry: ReadEntry) => {
+    if (limitError === undefined) skip(report, entry.path, refusal(entry, staging) ?? `entry type ${String(entry.type)} is not extracted`)
+  })
   const compressed = countedBytes(limits.maxBodyBytes, () => new ToolError('PayloadTooLarge', `the body is larger than ${limits.maxBodyBytes} bytes`))
   // Piped, not part of the pipeline: a failed pipeline destroys its streams, and destroying a request closes its socket.
   const forwardError = (error: Error): void => { compressed.destroy(error) }

@@ -11,7 +11,7 @@ import path from 'node:path'
 import { ToolError } from '../errors.ts'
 import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
 import { isInside, resolveInWorkspace } from '../workspace-fs/paths.ts'
-import type { ExtractReport } from './archive-extract.ts'
+import { type ExtractReport, skip } from './archive-report.ts'
 import { removeTree } from './remove-tree.ts'
 
 /**
@@ -25,7 +25,7 @@ export async function moveInto (fromDir: string, workspaceDir: string, relative:
     const source = path.join(fromDir, rel)
     const info = await lstat(source)
     if (info.isSymbolicLink() && !await linkStaysInside(source, await readlink(source), fromDir)) {
-      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace through another link' })
+      skip(report, rel, 'symlink leaving the workspace through another link')
       continue
     }
     let target
@@ -33,13 +33,13 @@ export async function moveInto (fromDir: string, workspaceDir: string, relative:
       target = await placeOf(workspaceDir, relative, name, info)
     } catch (error) {
       if (!(error instanceof ToolError)) throw error
-      report.skipped.push({ path: rel, reason: 'would leave the workspace through an existing link' })
+      skip(report, rel, 'would leave the workspace through an existing link')
       continue
     }
     // A link already in the workspace may put this entry elsewhere than its staged place (`a → .` puts
     // `a/a/l` at `l`): a link's target is checked again from where it lands.
     if (info.isSymbolicLink() && !await linkLandsInside(target, await readlink(source), workspaceDir)) {
-      report.skipped.push({ path: rel, reason: 'symlink leaving the workspace from where an existing link puts it' })
+      skip(report, rel, 'symlink leaving the workspace from where an existing link puts it')
       continue
     }
     await place(source, info, workspaceDir, target, rel, report)

@@ -113,13 +113,38 @@ describe('workspaces', () => {
     expect((await exec(app, 'read_file', { path: 'lnk/through-link.txt' }, { workspace: 'hostile' })).body.result.content).toBe('evil')
   })
 
+  it('lists every entry it leaves out, also those node-tar would drop unasked, and counts past the first 100', async () => {
+    const app = await buildTestApp()
+    const up = await request(app, 'PUT', '/v1/workspaces/dropped/archive', tarOf([
+      { name: 'holes.img', type: 'sparse' },
+      { name: '.', content: 'a file for the workspace itself' },
+      { name: Buffer.from([0x6e, 0xff, 0x2e, 0x74]), content: 'one' },
+      { name: Buffer.from([0x6e, 0xfe, 0x2e, 0x74]), content: 'two' },
+      { name: './', type: 'dir' },
+      { name: 'kept.txt', content: 'kept' },
+    ]), { 'content-type': 'application/gzip' })
+    expect(up.status).toBe(200)
+    expect(up.body).toMatchObject({ files: 1, skipped_count: 4 })
+    expect(up.body.skipped.map((s: any) => s.reason)).toEqual([
+      'entry type SparseFile is not allowed (only files, directories and symlinks)',
+      'names the workspace itself',
+      'the name is not valid UTF-8',
+      'the name is not valid UTF-8',
+    ])
+    const many = await request(app, 'PUT', '/v1/workspaces/dropped/archive', tarOf(Array.from({ length: 150 }, (_, i) => ({ name: `../out-${i}`, content: 'x' }))), { 'content-type': 'application/gzip' })
+    expect(many.status).toBe(200)
+    expect(many.body.skipped_count).toBe(150)
+    expect(many.body.skipped).toHaveLength(100)
+    expect(many.body.skipped[99].path).toBe('../out-99')
+  })
+
   it('takes back the archive of an empty workspace (a tar of no entries)', async () => {
     const app = await buildTestApp()
     expect((await request(app, 'POST', '/v1/workspaces', { id: 'empty' })).status).toBe(201)
     const archive = await app.inject({ method: 'GET', url: '/v1/workspaces/empty/archive' })
     expect(archive.statusCode).toBe(200)
     const back = await request(app, 'PUT', '/v1/workspaces/empty/archive', archive.rawPayload, { 'content-type': 'application/gzip' })
-    expect(back).toMatchObject({ status: 200, body: { files: 0, directories: 0, symlinks: 0, skipped: [] } })
+    expect(back).toMatchObject({ status: 200, body: { files: 0, directories: 0, symlinks: 0, skipped: [], skipped_count: 0 } })
     // A few zero bytes, or nothing, is no archive.
     for (const inflated of [Buffer.alloc(7), Buffer.alloc(0)]) {
       expect((await request(app, 'PUT', '/v1/workspaces/empty/archive', gzipSync(inflated), { 'content-type': 'application/gzip' })).status).toBe(400)

@@ -5,15 +5,17 @@
  */
 import { gzipSync } from 'node:zlib'
 
-export interface TarEntry { name: string, type?: 'file' | 'dir' | 'symlink' | 'hardlink', content?: string | Buffer, linkname?: string, mode?: number }
+/** `name` as bytes for one that is not UTF-8; `sparse` is GNU tar's sparse file (type S), which node-tar does not extract. */
+export interface TarEntry { name: string | Buffer, type?: 'file' | 'dir' | 'symlink' | 'hardlink' | 'sparse', content?: string | Buffer, linkname?: string, mode?: number }
 
-const TYPE = { file: '0', hardlink: '1', symlink: '2', dir: '5' }
+const TYPE = { file: '0', hardlink: '1', symlink: '2', dir: '5', sparse: 'S' }
 
 function header (entry: TarEntry, size: number): Buffer {
   const h = Buffer.alloc(512, 0)
   const put = (offset: number, length: number, value: string) => h.write(value, offset, Math.min(length, Buffer.byteLength(value)), 'utf8')
   const octal = (value: number, length: number) => `${value.toString(8).padStart(length - 1, '0')}\0`
-  put(0, 100, entry.name)
+  if (typeof entry.name === 'string') put(0, 100, entry.name)
+  else entry.name.copy(h, 0, 0, 100)
   put(100, 8, octal(entry.mode ?? (entry.type === 'dir' ? 0o755 : 0o644), 8))
   put(108, 8, octal(0, 8))
   put(116, 8, octal(0, 8))

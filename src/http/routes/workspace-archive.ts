@@ -25,7 +25,8 @@ const ExtractReply = Type.Object({
   files: Type.Integer(),
   directories: Type.Integer(),
   symlinks: Type.Integer(),
-  skipped: Type.Array(Type.Object({ path: Type.String(), reason: Type.String() })),
+  skipped: Type.Array(Type.Object({ path: Type.String(), reason: Type.String() }), { description: 'the first 100 entries left out, with why' }),
+  skipped_count: Type.Integer({ description: 'every entry left out' }),
 })
 
 export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
