@@ -58,9 +58,9 @@ export const UNANSWERED_LOST_MS = 60_000
 /** Silences kept at most before the ones long over are forgotten. */
 const MAX_SILENCES = 1024
 
-/** What a lost process looks like: its record, and nothing known of how it ended. */
+/** What a lost process looks like: its record (with when it ended, if it ended before its instance went), and nothing known of how it ended. */
 export function lostInfo (record: ProcessRecord): ProcessInfo {
-  return { id: record.id, workspace: record.workspace, command: record.command, state: 'lost', exit_code: null, signal: null, started_at: record.started_at, ended_at: null, next: 0 }
+  return { id: record.id, workspace: record.workspace, command: record.command, state: 'lost', exit_code: null, signal: null, started_at: record.started_at, ended_at: record.ended_at, next: 0 }
 }
 
 export class ProcessLocator {
