@@ -16,8 +16,6 @@ import { type Asker, lostInfo, type ProcessLocator } from '../processes/process-
 export const PROCESS_TOOL_NAMES = ['process_start', 'process_output', 'process_input', 'process_kill', 'process_list'] as const
 
 const MAX_WAIT_MS = 30_000
-/** Room in a result for everything but `output`. */
-const RESULT_ENVELOPE_BYTES = 512
 
 const State = Type.Union([Type.Literal('running'), Type.Literal('exited'), Type.Literal('killed'), Type.Literal('timed_out'), Type.Literal('lost')])
 const ExitCode = Type.Union([Type.Integer(), Type.Null()], { description: 'Set when the process exited by itself' })
@@ -44,21 +42,20 @@ function ensureLasting (ctx: ToolContext): void {
 
 /** The output after `after` (default: where the tools last stopped) that fits the result limit; the tools' cursor moves past it. */
 function outputResult (process: ManagedProcess, after: number | undefined, ctx: ToolContext): OutputResultType {
-  let budget = Math.max(1, ctx.maxResultBytes - RESULT_ENVELOPE_BYTES)
+  // Read as much as the limit, then less in proportion to what its JSON takes beyond the room the
+  // other fields leave (escaping makes a byte up to six), until it fits; at least one character is
+  // returned, as the output endpoint does.
+  let budget = ctx.maxResultBytes
   for (;;) {
     const read = process.output.read(after ?? process.toolCursor, budget)
     const info = process.info()
-    const result = {
-      process_id: process.id,
-      state: info.state,
-      exit_code: info.exit_code,
-      output: read.chunks.map((chunk) => chunk.data).join(''),
-      next: read.next,
-      dropped_bytes: read.dropped,
-    }
-    // Escaping can make the JSON larger than the bytes read: read less until it fits.
-    if (budget > 1 && Buffer.byteLength(JSON.stringify(result)) > ctx.maxResultBytes) {
-      budget = Math.floor(budget / 2)
+    const output = read.chunks.map((chunk) => chunk.data).join('')
+    const result = { process_id: process.id, state: info.state, exit_code: info.exit_code, output, next: read.next, dropped_bytes: read.dropped }
+    const room = ctx.maxResultBytes - Buffer.byteLength(JSON.stringify({ ...result, output: '' }))
+    const outputJsonBytes = Buffer.byteLength(JSON.stringify(output)) - 2
+    const outputBytes = Buffer.byteLength(output)
+    if (outputJsonBytes > room && budget > 1) {
+      budget = Math.max(1, Math.min(budget - 1, outputBytes - 1, Math.floor(outputBytes * Math.max(0, room) / outputJsonBytes)))
       continue
     }
     if (read.next < process.output.end) ctx.markTruncated?.()

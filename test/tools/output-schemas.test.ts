@@ -165,6 +165,15 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
     const cut = await run('process_output', { process_id: result['process_id'] }, 600)
     expect(cut).toMatchObject({ truncated: true, result: { state: 'exited', dropped_bytes: 0 } })
     expect((await run('process_output', { process_id: result['process_id'], after: 4990 })).result).toMatchObject({ output: 'o'.repeat(10), next: 5000 })
+    // A small limit is filled, not cut to a byte: all of it but the other fields (and the escaping of the output).
+    for (const [text, jsonBytesEach] of [['o', 1], ['\\001', 6]] as const) {
+      const { result: flood } = await run('process_start', { command: `head -c 5000 /dev/zero | tr "\\0" "${text}"`, yield_ms: 5000 }, 256)
+      const page = (await run('process_output', { process_id: flood['process_id'], after: 0 }, 256)).result
+      const bytes = Buffer.byteLength(JSON.stringify(page))
+      expect(bytes).toBeLessThanOrEqual(256)
+      expect(String(page['output']).length * jsonBytesEach).toBeGreaterThan(256 - 150)
+      expect(page['next']).toBe(String(page['output']).length)
+    }
   },
   async process_input ({ run }) {
     const { result } = await run('process_start', { command: 'cat', stdin: true, yield_ms: 0 })
