@@ -39,6 +39,20 @@ describe('GET /v1/tools', () => {
     expect(await catalog(app, '?allowed=')).toEqual(await catalog(app, ''))
   })
 
+  it('matches a crafted allowed glob at once and refuses one past 1024 characters, on REST and on /mcp (400)', async () => {
+    const app = await buildTestApp()
+    // Compiled to a regular expression by a glob library, this one held the event loop for seconds.
+    expect(await catalog(app, `?allowed=${encodeURIComponent('+(*)'.repeat(8) + 'X')}`)).toEqual([])
+    expect(await catalog(app, `?allowed=${encodeURIComponent('*?'.repeat(30) + 'X,read_*')}`)).toEqual(await catalog(app, '?allowed=read_*'))
+    const long = `allowed=${'*'.repeat(1025)}`
+    const rest = await app.inject({ method: 'GET', url: `/v1/tools?${long}` })
+    expectProblem({ status: rest.statusCode, body: rest.json(), headers: rest.headers }, 400, 'BadRequest')
+    const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }
+    const mcp = await app.inject({ method: 'POST', url: `/mcp?${long}`, payload: initialize, headers: { accept: 'application/json, text/event-stream', host: '127.0.0.1' } })
+    expectProblem({ status: mcp.statusCode, body: mcp.json(), headers: mcp.headers }, 400, 'BadRequest')
+    expect(mcp.json().detail).toMatch(/allowed is longer than 1024/)
+  })
+
   it('refuses an unknown format with a 400', async () => {
     const app = await buildTestApp()
     const response = await app.inject({ method: 'GET', url: '/v1/tools?format=xml' })
