@@ -41,7 +41,8 @@ export function parseDescription (stdout: string): Description | string {
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return '--describe did not print a JSON object'
   const { name, description, parameters, annotations } = value as Record<string, unknown>
-  if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]{1,128}$/.test(name)) return 'name must be a string of letters, digits, "_", "." or "-"'
+  // Dots alone (`..`) would be a path segment URLs fold away (`/v1/tools/../invoke`).
+  if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]{1,128}$/.test(name) || /^\.+$/.test(name)) return 'name must be a string of letters, digits, "_", "." or "-", not dots alone'
   if (typeof description !== 'string') return 'description must be a string'
   if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)) return 'parameters must be a JSON Schema object'
   if (nestedDeeperThan(parameters)) return `parameters nest more than ${MAX_JSON_DEPTH} levels deep`

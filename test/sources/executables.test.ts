@@ -38,6 +38,7 @@ describe('executable tool discovery', () => {
     await placeTool(dir, 'slow', '#!/bin/sh\nsleep 10\n')
     await placeTool(dir, 'plain.txt', shTool(describeJson('plain'), 'true'), 0o644)
     await placeTool(dir, '.hidden', shTool(describeJson('hidden'), 'true'))
+    await placeTool(dir, 'dots', shTool(describeJson('..'), 'true'))
     // Past what can be serialised again, it would have broken the catalog for every caller.
     await placeTool(dir, 'deep', shTool(JSON.stringify({ name: 'deep', description: 'x', parameters: nested(300, { type: 'string' }, (inner) => ({ type: 'object', properties: { a: inner } })) }), 'true'))
     const { log, lines } = capturingLogger()
@@ -59,9 +60,10 @@ describe('executable tool discovery', () => {
       slow: '--describe took longer than 500 ms',
       'plain.txt': 'the file is not executable',
       deep: 'parameters nest more than 200 levels deep',
+      dots: 'name must be a string of letters, digits, "_", "." or "-", not dots alone',
     })
     // One warning per file, although the directory was scanned three times.
-    expect(lines).toHaveLength(6)
+    expect(lines).toHaveLength(7)
     expect(lines.every((line) => line.level === 40 && String(line['file']).startsWith(dir))).toBe(true)
   })
 
