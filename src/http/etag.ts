@@ -19,12 +19,13 @@ export function matchesIfNoneMatch (header: string | undefined, tag: string): bo
 
 /**
  * Sets the answer's ETag; true when the client has it already, in which
- * case the reply has been made a 304 and the caller sends no body.
+ * case a 304 has been sent, without a body (so without a Content-Length:
+ * a 304's would have to be the 200's), and the caller returns the reply.
  */
 export function notModified (request: FastifyRequest, reply: FastifyReply, body: unknown): boolean {
   const tag = etagOf(body)
   reply.header('etag', tag)
   if (!matchesIfNoneMatch(request.headers['if-none-match'], tag)) return false
-  reply.code(304)
+  void reply.code(304).send()
   return true
 }

@@ -41,7 +41,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
     const allowed = (request.query.allowed ?? '').trim() === '' ? undefined : globMatcher(parseGlobList(request.query.allowed ?? ''))
     const tools = runtime.registry.list({ scope: request.principal.scope, allowed })
     const body = catalog(tools, request.query.format ?? 'native', { strict: request.query.strict === 'true' })
-    return notModified(request, reply, body) ? reply.send() : body
+    return notModified(request, reply, body) ? reply : body
   })
 
   app.get('/v1/tools/:name', {
@@ -52,7 +52,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
     if (!tool || !request.principal.scope(tool.name)) throw new ToolError('NotFound', `no tool named ${JSON.stringify(request.params.name)}`)
     request.toolName = tool.name
     const body = nativeEntry(tool)
-    return notModified(request, reply, body) ? reply.send() : body
+    return notModified(request, reply, body) ? reply : body
   })
 
   app.post('/v1/tools/:name/execute', {
