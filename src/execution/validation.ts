@@ -47,33 +47,64 @@ function describeError (error: ErrorObject): string {
 type Schema = Record<string, unknown>
 const isSchema = (value: unknown): value is Schema => typeof value === 'object' && value !== null && !Array.isArray(value)
 
-function admitsNull (schema: unknown): boolean {
-  if (!isSchema(schema)) return true
-  const type = schema['type']
-  if (type === 'null' || (Array.isArray(type) && type.includes('null'))) return true
-  if (Array.isArray(schema['anyOf'])) return schema['anyOf'].some(admitsNull)
-  return type === undefined && !('enum' in schema) && !('const' in schema) && !('$ref' in schema)
+/** What a local reference (`#/$defs/Item`) in `root` names; undefined for any other. */
+function referenced (ref: unknown, root: unknown): unknown {
+  if (typeof ref !== 'string' || !ref.startsWith('#/')) return undefined
+  let node = root
+  for (const part of ref.slice(2).split('/')) {
+    const key = part.replaceAll('~1', '/').replaceAll('~0', '~')
+    if (!isSchema(node) || !Object.hasOwn(node, key)) return undefined
+    node = node[key]
+  }
+  return node
 }
+
+/**
+ * How many schemas one search for nulls looks at, at most: a schema's
+ * references may lead back to itself, through several branches each.
+ */
+const MAX_SCHEMAS_SEARCHED = 10_000
 
 function hasNull (value: unknown): boolean {
   if (value === null) return true
-  return isSchema(value) && Object.values(value).some(hasNull)
+  return (Array.isArray(value) ? value : isSchema(value) ? Object.values(value) : []).some(hasNull)
 }
 
 /**
  * Removes, in place, the optional members sent as `null` that their schema
  * does not admit: OpenAI's strict mode makes every optional argument
- * nullable, and a model then sends null for "absent".
+ * nullable (strict-schema.ts), and a model then sends null for "absent".
+ * It looks wherever that rewriting reaches: properties, array items, the
+ * branches of anyOf and what local references name.
  */
-export function dropNullOptionals (schema: unknown, value: unknown): void {
-  if (!isSchema(schema) || !isSchema(value) || !isSchema(schema['properties'])) return
-  const properties = schema['properties']
-  const required = new Set(Array.isArray(schema['required']) ? schema['required'] as string[] : [])
-  for (const [key, member] of Object.entries(value)) {
-    const memberSchema = properties[key]
-    if (member === null && !required.has(key) && memberSchema !== undefined && !admitsNull(memberSchema)) delete value[key]
-    else dropNullOptionals(memberSchema, member)
+export function dropNullOptionals (root: unknown, args: unknown): void {
+  let searched = 0
+  const admitsNull = (schema: unknown): boolean => {
+    if (!isSchema(schema) || ++searched > MAX_SCHEMAS_SEARCHED) return true
+    const type = schema['type']
+    if (type === 'null' || (Array.isArray(type) && type.includes('null'))) return true
+    if (Array.isArray(schema['anyOf'])) return schema['anyOf'].some(admitsNull)
+    if ('$ref' in schema) return type === undefined && admitsNull(referenced(schema['$ref'], root))
+    return type === undefined && !('enum' in schema) && !('const' in schema)
   }
+  const drop = (schema: unknown, value: unknown): void => {
+    if (!isSchema(schema) || ++searched > MAX_SCHEMAS_SEARCHED) return
+    if ('$ref' in schema) drop(referenced(schema['$ref'], root), value)
+    if (Array.isArray(schema['anyOf'])) for (const branch of schema['anyOf']) drop(branch, value)
+    if (Array.isArray(value)) {
+      for (const item of value) drop(schema['items'], item)
+      return
+    }
+    if (!isSchema(value) || !isSchema(schema['properties'])) return
+    const properties = schema['properties']
+    const required = new Set(Array.isArray(schema['required']) ? schema['required'] as string[] : [])
+    for (const [key, member] of Object.entries(value)) {
+      const memberSchema = properties[key]
+      if (member === null && !required.has(key) && memberSchema !== undefined && !admitsNull(memberSchema)) delete value[key]
+      else drop(memberSchema, member)
+    }
+  }
+  drop(root, args)
 }
 
 /** Throws InvalidArgs naming every problem when `args` do not satisfy the tool's schema. */

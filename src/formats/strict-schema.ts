@@ -49,6 +49,8 @@ function strict (node: unknown, depth: number): Schema {
     if (!STRICT_KEYWORDS.has(key)) throw new NotStrict()
     out[key] = value
   }
+  // OpenAI asks every schema for its type, but for a choice, a reference or a fixed value.
+  if (!['type', 'anyOf', '$ref', 'enum', 'const'].some((key) => key in out)) throw new NotStrict()
   if (isSchema(out['$defs'])) out['$defs'] = Object.fromEntries(Object.entries(out['$defs']).map(([name, def]) => [name, strict(def, depth + 1)]))
   if (Array.isArray(out['anyOf'])) out['anyOf'] = out['anyOf'].map((branch) => strict(branch, depth + 1))
   if ('items' in out) out['items'] = strict(out['items'], depth + 1)
@@ -63,6 +65,8 @@ function closeObject (out: Schema, depth: number): void {
   // A map of free names (or `additionalProperties: true`) cannot be closed without changing its meaning.
   if (!isSchema(properties) || (out['additionalProperties'] !== undefined && out['additionalProperties'] !== false)) throw new NotStrict()
   const required = new Set(Array.isArray(out['required']) ? out['required'] as string[] : [])
+  // A required name with no property: closed, the object could not hold it, and no call would be valid.
+  if ([...required].some((name) => !Object.hasOwn(properties, name))) throw new NotStrict()
   out['properties'] = Object.fromEntries(Object.entries(properties).map(([name, schema]) => {
     const rewritten = strict(schema, depth + 1)
     return [name, required.has(name) ? rewritten : nullable(rewritten)]
@@ -71,10 +75,15 @@ function closeObject (out: Schema, depth: number): void {
   out['additionalProperties'] = false
 }
 
-/** `schema` that also admits null: the strict way to say "optional". */
+/**
+ * `schema` that also admits null: the strict way to say "optional". Its
+ * type takes null only when nothing beside it (a value list, a choice, a
+ * reference) would still refuse null; otherwise null is a choice of its own.
+ */
 function nullable (schema: Schema): Schema {
   const type = schema['type']
-  if (typeof type === 'string' && !('enum' in schema) && !('const' in schema)) return { ...schema, type: [type, 'null'] }
-  if (Array.isArray(type) && !('enum' in schema) && !('const' in schema)) return type.includes('null') ? schema : { ...schema, type: [...type, 'null'] }
+  const typeDecides = !['enum', 'const', 'anyOf', '$ref'].some((key) => key in schema)
+  if (typeof type === 'string' && typeDecides) return { ...schema, type: [type, 'null'] }
+  if (Array.isArray(type) && typeDecides) return type.includes('null') ? schema : { ...schema, type: [...type, 'null'] }
   return { anyOf: [schema, { type: 'null' }] }
 }

@@ -31,7 +31,27 @@ describe('strict schemas', () => {
     expect(strictViolations(strict)).toEqual([])
   })
 
+  it('makes an optional argument nullable also where a choice or a reference beside its type would refuse null', () => {
+    const strict = toStrictSchema({
+      type: 'object',
+      properties: {
+        mode: { type: 'string', anyOf: [{ const: 'fast' }, { const: 'slow' }] },
+        item: { $ref: '#/$defs/Item' },
+      },
+      $defs: { Item: { type: 'object', properties: { label: { type: 'string' } }, required: ['label'] } },
+    })
+    expect(strict?.['properties']).toEqual({
+      mode: { anyOf: [{ type: 'string', anyOf: [{ const: 'fast' }, { const: 'slow' }] }, { type: 'null' }] },
+      item: { anyOf: [{ $ref: '#/$defs/Item' }, { type: 'null' }] },
+    })
+    expect(strictViolations(strict)).toEqual([])
+  })
+
   it('has no strict form for what cannot be closed or is not supported', () => {
+    // A required name that is no property: closed, the object could not hold it.
+    expect(toStrictSchema({ type: 'object', properties: { a: { type: 'string' } }, required: ['a', 'token'] })).toBeUndefined()
+    // A schema of no type (any value): OpenAI wants each schema's type.
+    expect(toStrictSchema({ type: 'object', properties: { v: { description: 'anything' } } })).toBeUndefined()
     expect(toStrictSchema({ type: 'object', properties: { env: { type: 'object', additionalProperties: { type: 'string' } } } })).toBeUndefined()
     expect(toStrictSchema({ type: 'object', properties: { any: { type: 'object' } } })).toBeUndefined()
     expect(toStrictSchema({ type: 'object', properties: { v: { oneOf: [{ type: 'string' }, { type: 'number' }] } } })).toBeUndefined()

@@ -51,6 +51,30 @@ describe('OpenAI Chat Completions, strict mode', () => {
     const refused = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { arguments: { path: null } } })
     expect(refused.json()).toMatchObject({ code: 'InvalidArgs' })
   })
+
+  it('takes null as absent wherever strict mode made an argument nullable: in $defs, array items and anyOf branches', async () => {
+    const app = await buildTestApp()
+    const parameters = {
+      type: 'object',
+      required: ['item', 'list'],
+      properties: {
+        item: { $ref: '#/$defs/Item' },
+        list: { type: 'array', items: { type: 'object', properties: { k: { type: 'string' }, v: { type: 'string' } }, required: ['k'] } },
+        u: { anyOf: [{ type: 'object', properties: { p: { type: 'string' }, q: { type: 'integer' } }, required: ['p'] }, { type: 'string' }] },
+        // References that lead back to the root through two branches each: the search for nulls stops.
+        self: { anyOf: [{ $ref: '#' }, { $ref: '#' }] },
+      },
+      $defs: { Item: { type: 'object', properties: { label: { type: 'string' }, n: { type: 'integer', default: 5 } }, required: ['label'] } },
+    }
+    app.runtime.registry.setGroup('builtin', 'nested', [{ name: 'nested', description: 'echoes', parameters, source: 'builtin', execute: async (args: unknown) => args }])
+    const call = async (args: unknown) => (await app.inject({ method: 'POST', url: '/v1/tools/nested/execute', payload: { arguments: args } })).json()
+    expect((await call({ item: { label: 'a', n: null }, list: [] })).result).toEqual({ item: { label: 'a' }, list: [] })
+    expect((await call({ item: { label: 'a' }, list: [{ k: 'x', v: null }, { k: 'y', v: 'z' }] })).result).toEqual({ item: { label: 'a' }, list: [{ k: 'x' }, { k: 'y', v: 'z' }] })
+    expect((await call({ item: { label: 'a' }, list: [], u: { p: 'x', q: null } })).result).toEqual({ item: { label: 'a' }, list: [], u: { p: 'x' } })
+    // Null stays refused where it is required, and where no rewriting made it optional.
+    expect(await call({ item: { label: null }, list: [] })).toMatchObject({ code: 'InvalidArgs' })
+    expect(await call({ item: { label: 'a' }, list: [], self: { item: 1, list: null } })).toMatchObject({ code: 'InvalidArgs' })
+  })
 })
 
 describe('OpenAI Responses', () => {

@@ -4,7 +4,7 @@
  * from Toolport's rewriting: it lists every way a schema breaks them.
  *   - the root is an object, not anyOf;
  *   - every object sets additionalProperties: false and lists every property in required;
- *   - only the supported keywords appear;
+ *   - only the supported keywords appear, and every schema has a type (but a choice, a reference or a fixed value);
  *   - at most 10 levels of nesting and 5000 properties in all; at most 1000 enum values in all;
  *   - each anyOf branch, each item schema and each $defs entry follows the same rules.
  */
@@ -27,6 +27,7 @@ export function strictViolations (schema: unknown): string[] {
     if (!isNode(node)) { problems.push(`${where}: not a schema`); return }
     if (depth > 10) problems.push(`${where}: nested deeper than 10 levels`)
     for (const key of Object.keys(node)) if (!SUPPORTED.has(key)) problems.push(`${where}: unsupported keyword ${key}`)
+    if (!['type', 'anyOf', '$ref', 'enum', 'const'].some((key) => key in node)) problems.push(`${where}: no type`)
     const types = Array.isArray(node['type']) ? node['type'] : [node['type']]
     if (types.includes('object') || 'properties' in node) {
       const props = isNode(node['properties']) ? node['properties'] : {}
