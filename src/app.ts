@@ -5,7 +5,7 @@
  */
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify'
 import { type Logger, pino } from 'pino'
-import type { Config } from './config.ts'
+import { authIsOn, type Config } from './config.ts'
 import { Runtime } from './runtime.ts'
 import { installAuth } from './http/plugins/auth.ts'
 import { idempotency } from './http/plugins/idempotency.ts'
@@ -144,7 +144,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
   installProblemHandlers(app)
   installJsonBody(app)
-  installAuth(app, config.auth)
+  await installAuth(app, config.auth)
 
   app.addSchema(ProblemSchema)
   installOpenApiDocument(app, {
@@ -152,7 +152,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       openapi: '3.1.0',
       info: { title: 'Toolport', version: VERSION, description: 'Tool catalogs and sandboxed tool execution for LLM agents.' },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: config.auth.tokens.length > 0 ? [{ bearer: [] }] : [],
+      security: authIsOn(config.auth) ? [{ bearer: [] }] : [],
     },
   })
   await app.register(docsUi)

@@ -31,7 +31,8 @@ const McpServerSchema = Type.Object({
 }, strict)
 
 export const TokenSchema = Type.Object({
-  token: Type.String({ minLength: 1 }),
+  // What an Authorization header carries intact: printable ASCII, no spaces.
+  token: Type.String({ minLength: 1, pattern: '^[\\x21-\\x7E]+$' }),
   tenant: Type.String({ minLength: 1, maxLength: 128 }),
   allowed_tools: Type.Array(Type.String(), { default: ['*'] }),
 }, strict)

@@ -37,6 +37,8 @@ function keyOf (error: ErrorObject): string {
 
 function describe (error: ErrorObject): string {
   if (error.keyword === 'additionalProperties') return 'unknown key'
+  // Never the token itself, nor a pattern that reads as one.
+  if (error.keyword === 'pattern' && error.instancePath.endsWith('/token')) return 'must be printable ASCII without spaces (as a Bearer header carries it)'
   if (error.keyword === 'required') return 'is required'
   if (error.keyword === 'enum') return `must be one of ${(error.params['allowedValues'] as unknown[]).join(', ')}`
   return error.message ?? 'is invalid'
@@ -100,13 +102,8 @@ export function defaultConfig (): Config {
   return parseConfig({})
 }
 
-/**
- * Adds the tokens of `auth.tokens_file` (a YAML or JSON list of
- * `{token, tenant, allowed_tools}`) to the configured ones.
- */
-export async function withTokensFile (config: Config): Promise<Config> {
-  const file = config.auth.tokens_file
-  if (file === undefined) return config
+/** The tokens a tokens file holds (a YAML or JSON list of `{token, tenant, allowed_tools}`), checked; ConfigError otherwise. */
+export async function readTokensFile (file: string): Promise<Config['auth']['tokens']> {
   let raw: unknown
   try {
     raw = await parseYaml(await readFile(file, 'utf8'))
@@ -117,7 +114,31 @@ export async function withTokensFile (config: Config): Promise<Config> {
     const error = validateTokens.errors?.[0]
     throw new ConfigError(`config: auth.tokens_file: ${error ? `${keyOf(error) === '(top level)' ? 'the list' : `entry ${keyOf(error)}`}: ${describe(error)}` : 'invalid'}`)
   }
-  return { ...config, auth: { ...config.auth, tokens: [...config.auth.tokens, ...raw] } }
+  return raw
+}
+
+/**
+ * The configured tokens with those of `fromFile`; ConfigError when a token
+ * appears twice (one would name a tenant or a scope the other never gets).
+ */
+export function allTokens (auth: Config['auth'], fromFile: Config['auth']['tokens'] = []): Config['auth']['tokens'] {
+  const tokens = [...auth.tokens, ...fromFile]
+  const where = (i: number): string => i < auth.tokens.length ? `auth.tokens entry ${i}` : `auth.tokens_file entry ${i - auth.tokens.length}`
+  const seen = new Map<string, number>()
+  tokens.forEach(({ token }, index) => {
+    const first = seen.get(token)
+    if (first !== undefined) throw new ConfigError(`config: ${where(index)}: the same token as ${where(first)}; each token names one tenant and scope`)
+    seen.set(token, index)
+  })
+  return tokens
+}
+
+/**
+ * Whether requests need a token: some are configured, or a tokens file is
+ * named (one that is empty for now still means that auth is on).
+ */
+export function authIsOn (auth: Config['auth']): boolean {
+  return auth.tokens.length > 0 || auth.tokens_file !== undefined
 }
 
 /** Reads and validates a YAML or JSON file (JSON is YAML, so one parser serves both). */

@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import type { Logger } from 'pino'
 import { buildApp } from './app.ts'
-import { type Config, ConfigError, defaultConfig, loadConfigFile, parseConfig, withTokensFile } from './config.ts'
+import { allTokens, authIsOn, type Config, ConfigError, defaultConfig, loadConfigFile, parseConfig, readTokensFile } from './config.ts'
 import { createLogger } from './logger.ts'
 import { closeInheritedDescriptors } from './sandbox/inherited-descriptors.ts'
 import { tracingOptionsFrom } from './telemetry/options.ts'
@@ -36,7 +36,9 @@ async function readConfig (): Promise<{ config: Config, file: string | undefined
   const file = values.config ?? process.env['TOOLPORT_CONFIG'] ?? undefined
   const loaded = file ? await loadConfigFile(file) : defaultConfig()
   if (process.env['TOOLPORT_TOKENS_FILE']) loaded.auth.tokens_file = process.env['TOOLPORT_TOKENS_FILE']
-  const config = await withTokensFile(loaded)
+  const config = loaded
+  // Checked now, to end the start with its one line; the auth plugin reads it again, and whenever it changes.
+  if (config.auth.tokens_file !== undefined) allTokens(config.auth, await readTokensFile(config.auth.tokens_file))
   if (process.env['HOST']) config.server.host = process.env['HOST']
   if (process.env['PORT']) {
     const port = Number(process.env['PORT'])
@@ -74,7 +76,7 @@ async function stopTracing (tracing: Tracing | undefined): Promise<void> {
 
 /** Without tokens, only loopback is safe to listen on — unless the operator says otherwise. */
 function checkExposure (config: Config, log: Logger): void {
-  if (config.auth.tokens.length > 0) return
+  if (authIsOn(config.auth)) return
   if (!LOOPBACK.has(config.server.host) && !config.auth.disabled) {
     throw new ConfigError(`auth: no tokens are configured, so refusing to listen on ${config.server.host}; add auth.tokens or set auth.disabled: true`)
   }

@@ -100,19 +100,36 @@ describe('config', () => {
 
 describe('auth.tokens_file', () => {
   it('adds the tokens of a YAML file to the configured ones', async () => {
-    const { withTokensFile } = await import('../src/config.ts')
+    const { allTokens, readTokensFile } = await import('../src/config.ts')
     const dir = await tempDir()
     const file = path.join(dir, 'tokens.yaml')
     await writeFile(file, '- { token: from-file, tenant: beta, allowed_tools: ["read_*"] }\n')
-    const config = await withTokensFile(parseConfig({ auth: { tokens: [{ token: 'inline', tenant: 'acme' }], tokens_file: file } }))
-    expect(config.auth.tokens.map((t) => [t.token, t.tenant, t.allowed_tools])).toEqual([['inline', 'acme', ['*']], ['from-file', 'beta', ['read_*']]])
+    const config = parseConfig({ auth: { tokens: [{ token: 'inline', tenant: 'acme' }], tokens_file: file } })
+    expect(allTokens(config.auth, await readTokensFile(file)).map((t) => [t.token, t.tenant, t.allowed_tools])).toEqual([['inline', 'acme', ['*']], ['from-file', 'beta', ['read_*']]])
   })
 
   it('names auth.tokens_file when the file is missing or malformed', async () => {
-    const { withTokensFile } = await import('../src/config.ts')
+    const { readTokensFile } = await import('../src/config.ts')
     const dir = await tempDir()
-    await expect(withTokensFile(parseConfig({ auth: { tokens_file: path.join(dir, 'none.yaml') } }))).rejects.toThrow(/^config: auth.tokens_file: cannot read/)
+    await expect(readTokensFile(path.join(dir, 'none.yaml'))).rejects.toThrow(/^config: auth.tokens_file: cannot read/)
     await writeFile(path.join(dir, 'bad.yaml'), '- { token: x }\n')
-    await expect(withTokensFile(parseConfig({ auth: { tokens_file: path.join(dir, 'bad.yaml') } }))).rejects.toThrow(/auth.tokens_file: entry 0.tenant: is required/)
+    await expect(readTokensFile(path.join(dir, 'bad.yaml'))).rejects.toThrow(/auth.tokens_file: entry 0.tenant: is required/)
+  })
+
+  it('refuses a token twice (the second entry\'s tenant and scope would never apply) and one a Bearer header cannot carry, never quoting it', async () => {
+    const { allTokens, readTokensFile } = await import('../src/config.ts')
+    const twice = parseConfig({ auth: { tokens: [{ token: 'dup-secret', tenant: 'a' }, { token: 'dup-secret', tenant: 'b', allowed_tools: ['read_file'] }] } })
+    expect(() => allTokens(twice.auth)).toThrow('config: auth.tokens entry 1: the same token as auth.tokens entry 0; each token names one tenant and scope')
+    const dir = await tempDir()
+    await writeFile(path.join(dir, 'tokens.yaml'), '- { token: inline-secret, tenant: c }\n')
+    const across = parseConfig({ auth: { tokens: [{ token: 'inline-secret', tenant: 'a' }] } })
+    expect(() => allTokens(across.auth, [{ token: 'inline-secret', tenant: 'c', allowed_tools: ['*'] }])).toThrow(/auth.tokens_file entry 0: the same token as auth.tokens entry 0/)
+    for (const token of ['has space', 'tökén', 'tab\there']) {
+      let message = ''
+      try { parseConfig({ auth: { tokens: [{ token, tenant: 'a' }] } }) } catch (error) { message = (error as Error).message }
+      expect(message).toBe('config: auth.tokens.0.token: must be printable ASCII without spaces (as a Bearer header carries it)')
+    }
+    await writeFile(path.join(dir, 'spaced.yaml'), '- { token: "with space", tenant: c }\n')
+    await expect(readTokensFile(path.join(dir, 'spaced.yaml'))).rejects.toThrow('config: auth.tokens_file: entry 0.token: must be printable ASCII without spaces (as a Bearer header carries it)')
   })
 })

@@ -31,6 +31,15 @@ describe('auth, end to end', () => {
     expect(server.output()).toMatch(/^toolport: config: auth\.tokens_file: cannot read \/nonexistent\/tokens\.yaml: ENOENT\n$/)
   })
 
+  it('stops with one line, quoting no token, when the file repeats a configured token', async () => {
+    const dir = await tempDir('toolport-tokens-')
+    const file = path.join(dir, 'tokens.yaml')
+    await writeFile(file, '- { token: "twice-token-77", tenant: ops }\n')
+    const server = await startServer({ auth: { tokens: [{ token: 'twice-token-77', tenant: 'acme' }] } }, { TOOLPORT_TOKENS_FILE: file })
+    expect((await server.exited).code).toBe(1)
+    expect(server.output()).toBe('toolport: config: auth.tokens_file entry 0: the same token as auth.tokens entry 0; each token names one tenant and scope\n')
+  })
+
   it('warns once when auth is off, and listens on a non-loopback address only when auth.disabled says so', async () => {
     const server = await startServer({ auth: { disabled: true } }, { HOST: '0.0.0.0' })
     await waitReady(server)

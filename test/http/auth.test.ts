@@ -4,9 +4,11 @@
  * other's workspaces (404, as if absent).
  */
 import { existsSync } from 'node:fs'
+import { mkdir, readlink, rename, rm, symlink, writeFile } from 'node:fs/promises'
 import net from 'node:net'
-import { describe, expect, it } from 'vitest'
-import { buildTestApp } from '../helper.ts'
+import path from 'node:path'
+import { describe, expect, it, vi } from 'vitest'
+import { buildTestApp, tempDir } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { execAs, requestAs } from '../support/requests.ts'
 import { listening } from '../support/listening.ts'
@@ -203,5 +205,51 @@ describe('without tokens', () => {
     const withTokens = await authApp()
     expect((await call(withTokens, { host: 'toolport.example', authorization: 'Bearer acme-all' })).status).toBe(200)
     expect((await call(withTokens, { host: 'toolport.example' })).status).toBe(401)
+  })
+})
+
+describe('a tokens file', () => {
+  /** A directory laid out as a kubelet mounts a Secret: `tokens.yaml → ..data/tokens.yaml`, `..data → ..<version>`. */
+  async function secretMount (): Promise<{ file: string, publish: (version: string, text: string) => Promise<void> }> {
+    const dir = await tempDir('toolport-secret-')
+    const publish = async (version: string, text: string): Promise<void> => {
+      const previous = existsSync(path.join(dir, '..data')) ? await readlink(path.join(dir, '..data')) : undefined
+      await mkdir(path.join(dir, version))
+      await writeFile(path.join(dir, version, 'tokens.yaml'), text)
+      // Swapped as the kubelet does: a new link renamed over the old, then the old version removed.
+      await symlink(version, path.join(dir, '..data_tmp'))
+      await rename(path.join(dir, '..data_tmp'), path.join(dir, '..data'))
+      if (previous !== undefined) await rm(path.join(dir, previous), { recursive: true })
+    }
+    await publish('..v1', '- { token: first-token, tenant: acme }\n')
+    await symlink('..data/tokens.yaml', path.join(dir, 'tokens.yaml'))
+    return { file: path.join(dir, 'tokens.yaml'), publish }
+  }
+
+  const statusWith = async (app: App, token: string): Promise<number> =>
+    (await app.inject({ url: '/v1/tools', headers: { authorization: `Bearer ${token}` } })).statusCode
+
+  it('is followed: a token rotated out stops working and its successor works, without a restart; a broken update keeps the last tokens', async () => {
+    const { file, publish } = await secretMount()
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'inline-token', tenant: 'ops' }], tokens_file: file } })
+    expect([await statusWith(app, 'first-token'), await statusWith(app, 'second-token'), await statusWith(app, 'inline-token')]).toEqual([200, 401, 200])
+    await publish('..v2', '- { token: second-token, tenant: acme }\n')
+    await vi.waitFor(async () => { expect(await statusWith(app, 'first-token')).toBe(401) }, { timeout: 5000, interval: 100 })
+    expect([await statusWith(app, 'second-token'), await statusWith(app, 'inline-token')]).toEqual([200, 200])
+    // Not valid (a token twice, or no tenant): the tokens read before stay in use.
+    await publish('..v3', '- { token: inline-token, tenant: other }\n')
+    await publish('..v4', '- { token: third-token }\n')
+    await new Promise((resolve) => setTimeout(resolve, 2500))
+    expect([await statusWith(app, 'second-token'), await statusWith(app, 'third-token'), await statusWith(app, 'inline-token')]).toEqual([200, 401, 200])
+  })
+
+  it('means auth is on even while it holds no token: every call is 401 until one is added', async () => {
+    const { file, publish } = await secretMount()
+    await publish('..empty', '[]\n')
+    const app = await buildTestApp({ auth: { tokens_file: file } })
+    expect((await app.inject({ url: '/v1/tools', headers: { host: '127.0.0.1' } })).statusCode).toBe(401)
+    expect(await statusWith(app, 'first-token')).toBe(401)
+    await publish('..again', '- { token: first-token, tenant: acme }\n')
+    await vi.waitFor(async () => { expect(await statusWith(app, 'first-token')).toBe(200) }, { timeout: 5000, interval: 100 })
   })
 })

@@ -1,7 +1,8 @@
 /**
- * Bearer-token authentication. With tokens configured, every /v1 and /mcp
- * request needs one; a token names its tenant and the tools it may use.
- * Tokens are compared through their SHA-256 digests in constant time.
+ * Bearer-token authentication. With tokens configured (or a tokens file
+ * named), every /v1 and /mcp request needs one; a token names its tenant and
+ * the tools it may use. Tokens are compared through their SHA-256 digests in
+ * constant time. A tokens file is followed: its changes apply within a second.
  *
  * Without tokens (and without `auth.disabled`), the service listens on
  * loopback only, and serves /v1 and /mcp only to requests that name a
@@ -10,9 +11,11 @@
  * Host, and its own origin as Origin.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
+import { stat } from 'node:fs/promises'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import ipaddr from 'ipaddr.js'
-import type { Config } from '../../config.ts'
+import type { Logger } from 'pino'
+import { allTokens, authIsOn, type Config, readTokensFile } from '../../config.ts'
 import { globMatcher } from '../../execution/globs.ts'
 import type { Principal } from '../../execution/principal.ts'
 import { ToolError } from '../../errors.ts'
@@ -32,9 +35,19 @@ function needsAuth (path: string): boolean {
   return path.startsWith('/v1/') || path === '/v1' || path.startsWith('/mcp')
 }
 
-export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
-  const known = auth.tokens.map((t) => ({ digest: digest(t.token), principal: { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools } }))
-  if (known.length === 0) {
+/** How often a tokens file is looked at for a change (a kubelet swaps a Secret's files in place of the old). */
+const TOKENS_FILE_CHECK_MS = 1000
+
+interface KnownToken {
+  digest: Buffer
+  principal: Principal
+}
+
+const knownTokens = (tokens: Config['auth']['tokens']): KnownToken[] =>
+  tokens.map((t) => ({ digest: digest(t.token), principal: { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools } }))
+
+export async function installAuth (app: FastifyInstance, auth: Config['auth']): Promise<void> {
+  if (!authIsOn(auth)) {
     app.decorateRequest('principal', { getter: () => ANONYMOUS })
     if (!auth.disabled) {
       app.addHook('onRequest', async (request: FastifyRequest) => {
@@ -45,6 +58,15 @@ export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
       })
     }
     return
+  }
+  let known = knownTokens(auth.tokens)
+  const file = auth.tokens_file
+  if (file !== undefined) {
+    // Its version before its reading: a change between the two is read again.
+    const version = await versionOf(file)
+    known = knownTokens(allTokens(auth, await readTokensFile(file)))
+    const stop = followTokensFile(auth, file, version, app.log as Logger, (tokens) => { known = knownTokens(tokens) })
+    app.addHook('onClose', async () => { stop() })
   }
   app.decorateRequest('principal', null as unknown as Principal)
   app.addHook('onRequest', async (request: FastifyRequest) => {
@@ -61,6 +83,45 @@ export function installAuth (app: FastifyInstance, auth: Config['auth']): void {
     if (!found) throw new ToolError('Unauthorized', 'unknown token')
     request.principal = found
   })
+}
+
+/**
+ * Reads the tokens file again whenever it changes (looked at each
+ * TOKENS_FILE_CHECK_MS, through its links, as a kubelet updates a mounted
+ * Secret), so that a token revoked there stops working without a restart.
+ * A file that cannot be read or is not valid keeps the tokens read before,
+ * and says so in the log. Answers how to stop following it.
+ */
+function followTokensFile (auth: Config['auth'], file: string, version: string, log: Logger, replace: (tokens: Config['auth']['tokens']) => void): () => void {
+  let seen = version
+  let checking = false
+  const check = async (): Promise<void> => {
+    const now = await versionOf(file)
+    if (now === seen) return
+    seen = now
+    try {
+      replace(allTokens(auth, await readTokensFile(file)))
+      log.info('auth.tokens_file changed: its tokens are in use')
+    } catch (error) {
+      log.error(`${(error as Error).message}; the tokens read before stay in use`)
+    }
+  }
+  const timer = setInterval(() => {
+    if (checking) return
+    checking = true
+    void check().finally(() => { checking = false })
+  }, TOKENS_FILE_CHECK_MS).unref()
+  return () => { clearInterval(timer) }
+}
+
+/** What tells one content of a file from the next: the file its links lead to, its size and its times. */
+async function versionOf (file: string): Promise<string> {
+  try {
+    const info = await stat(file)
+    return `${info.dev}:${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}`
+  } catch (error) {
+    return `unreadable:${String((error as NodeJS.ErrnoException).code)}`
+  }
 }
 
 /** Whether a hostname (as a URL gives it) is loopback: localhost, a name under .localhost, or a loopback address. */

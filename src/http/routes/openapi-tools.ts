@@ -7,6 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { AnyTool } from '../../execution/tool.ts'
+import { authIsOn } from '../../config.ts'
 import type { Runtime } from '../../runtime.ts'
 import { VERSION } from '../../version.ts'
 import { runOneCall } from '../caller.ts'
@@ -102,7 +103,7 @@ export function toolsDocument (tools: AnyTool[], withAuth: boolean): Record<stri
 export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.get('/v1/openapi/tools.json', {
     schema: { summary: 'Each tool of the caller\'s catalog as an OpenAPI operation (for OpenAPI tool-server clients)', tags: ['tools'], response: { 200: JsonObject, ...problems(401) } },
-  }, async (request) => toolsDocument(runtime.registry.list({ scope: request.principal.scope }), runtime.config.auth.tokens.length > 0))
+  }, async (request) => toolsDocument(runtime.registry.list({ scope: request.principal.scope }), authIsOn(runtime.config.auth)))
 
   app.post('/v1/tools/:name/invoke', {
     schema: {
