@@ -83,7 +83,7 @@ export interface ToolCall {
 
 export type Outcome =
   | { ok: true, tool: string, result: unknown, truncated: boolean, durationMs: number, workspace: string | null }
-  | { ok: false, tool: string, error: ToolError, durationMs: number }
+  | { ok: false, tool: string, error: ToolError, durationMs: number, workspace: string | null }
 
 const MIN_RESULT_BYTES = 256
 /** An unknown tool name is echoed (in `tool`, in logs) cut to this. */
@@ -211,7 +211,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   } catch (thrown) {
     const error = asToolError(thrown)
     if (isFailure(thrown)) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
-    outcome = { ok: false, tool: toolName, error: withinLimit(stoppedByShutdown(error, services.killSignal), maxResultBytes), durationMs: 0 }
+    outcome = { ok: false, tool: toolName, error: withinLimit(stoppedByShutdown(error, services.killSignal), maxResultBytes), durationMs: 0, workspace: workspaceId }
   } finally {
     disposeSignal?.()
   }

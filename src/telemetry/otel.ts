@@ -67,9 +67,9 @@ class ToolSpan implements CallSpan {
       span.updateName(`${EXECUTE_TOOL} ${outcome.tool}`)
       span.setAttribute(ATTR_GEN_AI_TOOL_NAME, outcome.tool)
     }
-    if (outcome.ok) {
-      if (outcome.workspace !== null) span.setAttribute(ATTR_TOOLPORT_WORKSPACE, outcome.workspace)
-    } else {
+    // A failed call too: one that failed in its workspace is where the workspace is wanted most.
+    if (outcome.workspace !== null) span.setAttribute(ATTR_TOOLPORT_WORKSPACE, outcome.workspace)
+    if (!outcome.ok) {
       span.setAttribute(ATTR_ERROR_TYPE, outcome.error.code)
       span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.error.code })
     }

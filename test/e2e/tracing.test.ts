@@ -89,6 +89,11 @@ describe('tracing to an OTLP/HTTP collector', () => {
     const [failed] = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === failing.traceId && s.name === 'execute_tool read_file'), 1)
     expect(failed?.attributes).toEqual({ 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': 'read_file', 'error.type': refused.body['code'] })
     expect(failed?.status.code).toBe(StatusCodeOf.error)
+    // A call that fails in a persistent workspace names it, as one that succeeds does.
+    const inWorkspace = traceparent()
+    expect((await post(server, '/v1/tools/read_file/execute', { workspace: 'traced', arguments: { path: 'missing.txt' } }, { traceparent: inWorkspace.header })).status).toBe(404)
+    const [failedThere] = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === inWorkspace.traceId && s.name === 'execute_tool read_file'), 1)
+    expect(failedThere?.attributes).toEqual({ 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': 'read_file', 'toolport.workspace': 'traced', 'error.type': 'FileNotFound' })
 
     // A batch: one child per call, each with its call id, the parallel ones too.
     const batch = traceparent()

@@ -48,7 +48,7 @@ async function runItem (runtime: Runtime, item: unknown, index: number, caller: 
   try {
     call = parseCall(item, index)
   } catch (error) {
-    return { id: callIdOf(item, index), outcome: { ok: false, tool: callNameOf(item), error: error as ToolError, durationMs: 0 } }
+    return { id: callIdOf(item, index), outcome: { ok: false, tool: callNameOf(item), error: error as ToolError, durationMs: 0, workspace: null } }
   }
   return { id: call.id, outcome: await execute(runtime, call, caller, workspace) }
 }
