@@ -41,6 +41,9 @@ interface Listening {
   remove: () => Promise<void>
 }
 
+/** The listening socket is no longer where it was. */
+class ListenerGone extends Error {}
+
 export class OutputSockets {
   /** Where to listen: a directory private to the service (made on the first pair). */
   readonly #directory: () => Promise<string>
@@ -54,22 +57,39 @@ export class OutputSockets {
 
   /** A connected pair; `onBytes` gets what the command writes, in a buffer valid only during the call. */
   async pair (onBytes: (bytes: Buffer) => void): Promise<OutputSocket> {
-    const { file } = await (this.#listening ??= this.#listen())
+    const listening = this.#listening ??= this.#listen()
+    try {
+      return await this.#pairThrough(await listening, onBytes)
+    } catch (error) {
+      if (!(error instanceof ListenerGone)) throw error
+      // The socket's file was removed (by a cleaner of temporary files, say): listen anew, once for all the pairs that found it gone.
+      if (this.#listening === listening) {
+        this.#listening = undefined
+        void listening.then(async (made) => { made.server.close(); await made.remove() }).catch(() => {})
+      }
+      return await this.#pairThrough(await (this.#listening ??= this.#listen()), onBytes)
+    }
+  }
+
+  async #pairThrough ({ file }: Listening, onBytes: (bytes: Buffer) => void): Promise<OutputSocket> {
     const nonce = randomBytes(NONCE_BYTES)
     const key = nonce.toString('hex')
-    const accepted = new Promise<net.Socket>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#waiting.delete(key)
-        reject(new Error('the output socket of a process could not be made in time'))
-      }, PAIR_TIMEOUT_MS)
-      this.#waiting.set(key, (writer) => {
-        clearTimeout(timer)
-        this.#waiting.delete(key)
-        resolve(writer)
-      })
-    })
     const buffer = Buffer.allocUnsafe(READ_BYTES)
     const reader = net.connect({ path: file, onread: { buffer, callback: (size: number) => { onBytes(buffer.subarray(0, size)); return true } } })
+    const accepted = new Promise<net.Socket>((resolve, reject) => {
+      const timer = setTimeout(() => { done(new Error('the output socket of a process could not be made in time')) }, PAIR_TIMEOUT_MS)
+      const done = (error: Error | undefined, writer?: net.Socket): void => {
+        clearTimeout(timer)
+        this.#waiting.delete(key)
+        reader.off('close', closedFirst)
+        if (error) reject(error)
+        else resolve(writer as net.Socket)
+      }
+      // Closed before its pair was made: no listener of ours at that path (gone, or another's).
+      const closedFirst = (): void => { done(new ListenerGone()) }
+      reader.once('close', closedFirst)
+      this.#waiting.set(key, (writer) => { done(undefined, writer) })
+    })
     reader.once('connect', () => reader.write(nonce))
     reader.on('error', () => {})
     try {
@@ -92,13 +112,13 @@ export class OutputSockets {
   async #listen (): Promise<Listening> {
     let dir = await this.#directory()
     let remove = async (): Promise<void> => {}
-    if (Buffer.byteLength(path.join(dir, 'pairs')) > MAX_SOCKET_PATH) {
+    if (Buffer.byteLength(path.join(dir, 'pairs-000000000000')) > MAX_SOCKET_PATH) {
       dir = await mkdtemp(path.join(os.tmpdir(), 'toolport-output-'))
       const made = dir
       remove = () => rm(made, { recursive: true, force: true })
     }
-    const file = path.join(dir, 'pairs')
-    await rm(file, { force: true })
+    // A name of its own: an instance that shares the directory (a misconfiguration) does not take it over.
+    const file = path.join(dir, `pairs-${randomBytes(6).toString('hex')}`)
     const server = net.createServer((socket) => this.#identify(socket))
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(file, resolve))
     server.unref()

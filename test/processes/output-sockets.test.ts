@@ -5,17 +5,20 @@
  */
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
+import { readdir, rm } from 'node:fs/promises'
 import net from 'node:net'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { OutputSockets } from '../../src/processes/output-sockets.ts'
 import { onCleanup, tempDir } from '../support/temp.ts'
 
-async function sockets (): Promise<{ outputs: OutputSockets, file: string }> {
+async function sockets (): Promise<{ outputs: OutputSockets, dir: string, listening: () => Promise<string> }> {
   const dir = await tempDir('toolport-output-sockets-')
   const outputs = new OutputSockets(async () => dir)
   onCleanup(() => outputs.close())
-  return { outputs, file: path.join(dir, 'pairs') }
+  // The listening socket's file, once a first pair has made it.
+  const listening = async (): Promise<string> => path.join(dir, (await readdir(dir)).find((name) => name.startsWith('pairs-')) ?? 'none')
+  return { outputs, dir, listening }
 }
 
 /** A connection to the listening socket that sends `bytes` and answers once the service has closed it. */
@@ -40,11 +43,12 @@ describe('output sockets', () => {
   })
 
   it('closes a stranger that sends a wrong nonce or more, while pairs made at the same time get their own writers', async () => {
-    const { outputs, file } = await sockets()
+    const { outputs, listening } = await sockets()
     // The listener exists once a first pair has been made.
     const first = await outputs.pair(() => {})
     first.writer.destroy()
     first.reader.destroy()
+    const file = await listening()
     const wrong = await stranger(file, randomBytes(16))
     const long = await stranger(file, randomBytes(40))
     const received: string[] = []
@@ -56,5 +60,22 @@ describe('output sockets', () => {
     for (const { n, pair } of pairs) pair.writer.end(`from ${n}`)
     await Promise.all(pairs.map(({ pair }) => once(pair.reader, 'close')))
     expect(received.sort()).toEqual(['1:from 1', '2:from 2', '3:from 3'])
+  })
+
+  it('listens anew when its socket file is removed (a cleaner of temporary files), and each service listens at a name of its own', async () => {
+    const { outputs, dir, listening } = await sockets()
+    const other = new OutputSockets(async () => dir)
+    onCleanup(() => other.close())
+    const received: string[] = []
+    const before = await outputs.pair(() => {})
+    before.writer.destroy()
+    await rm(await listening())
+    const pairs = await Promise.all(['a', 'b'].map(async (name) => ({ name, pair: await outputs.pair((bytes) => received.push(`${name}:${bytes.toString()}`)) })))
+    const beside = await other.pair((bytes) => received.push(`other:${bytes.toString()}`))
+    for (const { name, pair } of pairs) pair.writer.end(name)
+    beside.writer.end('other')
+    await Promise.all([...pairs.map(({ pair }) => once(pair.reader, 'close')), once(beside.reader, 'close')])
+    expect(received.sort()).toEqual(['a:a', 'b:b', 'other:other'])
+    expect((await readdir(dir)).filter((name) => name.startsWith('pairs-'))).toHaveLength(2)
   })
 })
