@@ -91,11 +91,19 @@ function alive (pid: number): boolean {
   }
 }
 
-/** Empty cgroups kept by a process that is gone (killed before it could remove them). */
+/**
+ * The cgroups of a service that is gone (killed before it could remove
+ * them): what still runs in them is its commands, which outlived it
+ * (without bubblewrap nothing ends them with it), so they are killed; the
+ * cgroup is then removed, or, while the kernel still reaps them, at the next start.
+ */
 function removeStale (base: string): void {
   for (const name of readdirSync(base)) {
     const owner = /^toolport-(\d+)-\d+$/.exec(name)?.[1]
     if (owner === undefined || Number(owner) === process.pid || alive(Number(owner))) continue
+    for (const pid of pidsIn(path.join(base, name))) {
+      try { process.kill(pid, 'SIGKILL') } catch {}
+    }
     try { rmdirSync(path.join(base, name)) } catch {}
   }
 }

@@ -4,12 +4,13 @@
  * (The service runs as root here, where these cgroups are what bounds a
  * fork bomb; where they cannot be made, detect() says so.)
  */
-import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { spawn, spawnSync } from 'node:child_process'
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { launcherArgv } from '../../src/sandbox/launcher.ts'
 import { PidsCgroups, type RunCgroup } from '../../src/sandbox/pids-cgroup.ts'
+import { onCleanup } from '../support/temp.ts'
 
 const cgroups = PidsCgroups.detect()
 
@@ -66,5 +67,25 @@ describe('pids cgroups', () => {
     await next.release()
     for (let i = 0; i < 100 && alive(leftover); i++) await new Promise((resolve) => setTimeout(resolve, 20))
     expect(alive(leftover)).toBe(false)
+  })
+
+  it('kill, at the next start, what a service killed before it could end its runs left running, and remove their cgroups', async () => {
+    if (!cgroups) return
+    const run = cgroups.create(5)
+    const base = path.dirname(path.dirname(run.procsFile))
+    await run.release()
+    // The cgroup of a service that is gone (its pid now nobody's), holding a command that outlived it.
+    const gone = spawnSync('true').pid
+    const stale = path.join(base, `toolport-${gone}-1`)
+    mkdirSync(stale)
+    onCleanup(() => { try { rmdirSync(stale) } catch {} })
+    const outlived = spawn('sleep', ['60'], { stdio: 'ignore' })
+    writeFileSync(path.join(stale, 'cgroup.procs'), String(outlived.pid))
+    PidsCgroups.detect()
+    for (let i = 0; i < 100 && alive(outlived.pid ?? 0); i++) await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(alive(outlived.pid ?? 0)).toBe(false)
+    // Removed once the kernel has let go of the killed command: at this start, or the next.
+    PidsCgroups.detect()
+    expect(existsSync(stale)).toBe(false)
   })
 })
