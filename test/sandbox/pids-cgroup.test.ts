@@ -78,7 +78,7 @@ describe('pids cgroups', () => {
     const gone = spawnSync('true').pid
     const stale = path.join(base, `toolport-${gone}-1`)
     mkdirSync(stale)
-    onCleanup(() => { try { rmdirSync(stale) } catch {} })
+    onCleanup(async () => { try { rmdirSync(stale) } catch {} })
     const outlived = spawn('sleep', ['60'], { stdio: 'ignore' })
     writeFileSync(path.join(stale, 'cgroup.procs'), String(outlived.pid))
     PidsCgroups.detect()
