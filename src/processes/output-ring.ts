@@ -60,6 +60,11 @@ export class OutputRing {
     return this.#start
   }
 
+  /** The memory its buffer takes. */
+  get heldBytes (): number {
+    return this.#buffer.length
+  }
+
   /** Adds what a stream wrote; an incomplete character at its end waits for the next write. */
   append (stream: StreamName, bytes: Buffer): void {
     const held = this.#pending[stream]

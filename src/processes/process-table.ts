@@ -1,8 +1,9 @@
 /**
  * The processes of every workspace of this instance, keyed by workspace
  * directory (which names the tenant too): starting them under the limits,
- * finding them, keeping the last `keep_ended` ended ones, and ending them
- * with their workspace or the service.
+ * finding them, keeping the last `keep_ended` ended ones (and, over all
+ * workspaces, no more of their output than KEPT_OUTPUT_WORKSPACES
+ * workspaces' fill), and ending them with their workspace or the service.
  *
  * A process in a persistent workspace holds a lease on it while it runs,
  * so the workspace does not expire under it; its usage figure is stale
@@ -46,9 +47,20 @@ export interface ProcessTableOptions {
   self: { url: string | null, instance: string }
 }
 
+/**
+ * How many workspaces' fill of ended output (`keep_ended` × `max_output_bytes`
+ * each) the service keeps at most, over all of them: many workspaces, each
+ * keeping its fill, must not take the service's memory.
+ */
+const KEPT_OUTPUT_WORKSPACES = 4
+
 export class ProcessTable {
   readonly #options: ProcessTableOptions
   readonly #byWorkspace = new Map<string, Map<string, ManagedProcess>>()
+  /** Every ended process kept, oldest first, with where it ran; and the memory of their outputs. */
+  readonly #ended = new Map<ManagedProcess, { dir: string, place: ProcessPlace }>()
+  #endedBytes = 0
+  readonly #maxEndedBytes: number
   readonly #outputSockets: OutputSockets
   #closed = false
 
@@ -57,6 +69,7 @@ export class ProcessTable {
 
   constructor (options: ProcessTableOptions) {
     this.#options = options
+    this.#maxEndedBytes = KEPT_OUTPUT_WORKSPACES * options.config.keep_ended * options.config.max_output_bytes
     // Under the ephemeral root: private to this instance, hidden from every sandbox.
     this.#outputSockets = new OutputSockets(() => options.store.serviceDir('.output-sockets'))
     process.once('exit', this.#killAllAtExit)
@@ -103,7 +116,7 @@ export class ProcessTable {
               // The record says it ended (no call need go to this instance for its network any more), then the oldest go.
               const { record } = parts
               const recorded = record ? this.#options.records.write(record.tenant, { ...record.record, ended_at: new Date().toISOString() }, { update: true }).catch(() => {}) : Promise.resolve()
-              void recorded.then(() => this.#evictEnded(dir, place))
+              void recorded.then(() => { if (started !== undefined) this.#keepEnded(started, dir, place) })
             },
           })
         } catch (error) {
@@ -171,6 +184,7 @@ export class ProcessTable {
     const table = this.#byWorkspace.get(dir)
     if (!table) return
     this.#byWorkspace.delete(dir)
+    for (const each of table.values()) this.#dropEnded(each)
     await Promise.all([...table.values()].map((each) => each.kill('KILL')))
   }
 
@@ -193,15 +207,33 @@ export class ProcessTable {
     return count
   }
 
-  /** Forgets the oldest ended processes beyond keep_ended, with their records. */
-  #evictEnded (dir: string, place: ProcessPlace): void {
+  /**
+   * Keeps a process that ended (unless its workspace went meanwhile), then
+   * forgets, with their records, the oldest ended ones of its workspace
+   * beyond keep_ended, and the oldest of all while their outputs take more
+   * than the service keeps.
+   */
+  #keepEnded (process: ManagedProcess, dir: string, place: ProcessPlace): void {
     const table = this.#byWorkspace.get(dir)
-    if (!table) return
+    if (table?.get(process.id) !== process) return
+    this.#ended.set(process, { dir, place })
+    this.#endedBytes += process.output.heldBytes
     const ended = [...table.values()].filter((each) => !each.running)
-    for (const old of ended.slice(0, Math.max(0, ended.length - this.#options.config.keep_ended))) {
-      table.delete(old.id)
-      if (place.id !== null) this.#options.records.remove(place.tenant, place.id, old.id).catch(() => {})
+    for (const old of ended.slice(0, Math.max(0, ended.length - this.#options.config.keep_ended))) this.#forget(old, dir, place)
+    for (const [old, where] of this.#ended) {
+      if (this.#endedBytes <= this.#maxEndedBytes) break
+      this.#forget(old, where.dir, where.place)
     }
+  }
+
+  #forget (process: ManagedProcess, dir: string, place: ProcessPlace): void {
+    this.#dropEnded(process)
+    this.#byWorkspace.get(dir)?.delete(process.id)
+    if (place.id !== null) this.#options.records.remove(place.tenant, place.id, process.id).catch(() => {})
+  }
+
+  #dropEnded (process: ManagedProcess): void {
+    if (this.#ended.delete(process)) this.#endedBytes -= process.output.heldBytes
   }
 
   * #all (): Iterable<ManagedProcess> {

@@ -268,6 +268,24 @@ describe('processes over REST', () => {
     expect(first.body['chunks'].map((c: Json) => c.data).join('')).toBe(all.slice(-4096))
   })
 
+  it('keeps at most four workspaces\' fill of ended output over all of them: past it, the oldest ended processes go first', async () => {
+    // Each ended process here holds 1 KiB: four workspaces' fill is 4 × 2 × 1 KiB, eight of them.
+    const s = await server({ tools: { builtin: ['*'], processes: { max_output_bytes: 1024, keep_ended: 2 } } })
+    const ids: Array<[string, string]> = []
+    for (let w = 0; w < 5; w++) {
+      for (let n = 0; n < 2; n++) {
+        const { id } = await start(s, `fill${w}`, 'echo out')
+        await ended(s, `fill${w}`, id as string)
+        ids.push([`fill${w}`, id as string])
+      }
+    }
+    // Let the last end be recorded, and the oldest go.
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const statuses = await Promise.all(ids.map(async ([ws, id]) => (await s.call('GET', `${procs(ws)}/${id}`)).status))
+    expect(statuses).toEqual([404, 404, 200, 200, 200, 200, 200, 200, 200, 200])
+    expect((await s.call('GET', procs('fill0'))).body['processes']).toEqual([])
+  })
+
   it('refuses a denylisted command and more than max_per_workspace running (403)', async () => {
     const s = await server({ tools: { builtin: ['*'], exec_shell: { denylist: ['forbid-me'] }, processes: { max_per_workspace: 2 } } })
     expect((await s.call('POST', procs('w'), { command: 'echo FORBID-ME' })).body).toMatchObject({ code: 'PermissionDenied' })
