@@ -1,11 +1,15 @@
 /**
  * memory_read: the memory file, whole or filtered to the paragraphs (blocks
  * separated by blank lines) that contain `query`, case-insensitively. The
- * file is streamed: a large memory is never loaded whole.
+ * file is read in chunks, and only as far as an answer needs: a large
+ * memory (or one long line) is never loaded whole.
  */
-import { createInterface } from 'node:readline'
+import type { FileHandle } from 'node:fs/promises'
+import { StringDecoder } from 'node:string_decoder'
 import { Type } from '@sinclair/typebox'
+import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
+import type { ToolContext } from '../execution/tool.ts'
 import { openContained, readPrefix } from '../workspace-fs/read.ts'
 import { resolveMemoryFile } from './memory-file.ts'
 
@@ -32,7 +36,7 @@ export const memoryReadTool = defineBuiltin({
     const { handle } = await openContained(ctx.workspaceDir, file.absolute, 'memory/MEMORY.md')
     try {
       if (args.query === undefined) return { content: (await readPrefix(handle, ctx.maxResultBytes + 1)).toString('utf8') }
-      const matches = await matchingParagraphs(handle, args.query, ctx.maxResultBytes)
+      const matches = await matchingParagraphs(handle, args.query, ctx.maxResultBytes, ctx)
       return { query: args.query, matches, count: matches.length }
     } finally {
       await handle.close()
@@ -40,23 +44,93 @@ export const memoryReadTool = defineBuiltin({
   },
 })
 
-async function matchingParagraphs (handle: import('node:fs/promises').FileHandle, query: string, budget: number): Promise<string[]> {
+/** How much of the memory file a search reads at most: a memory is notes, and a search must end. */
+const MAX_SEARCHED_BYTES = 64 * 1024 * 1024
+const CHUNK_BYTES = 64 * 1024
+
+/**
+ * The paragraphs of the file that contain `needle`, as long as they fit
+ * `budget` characters together. Read in chunks, never a whole line or
+ * paragraph at once: a paragraph keeps at most `budget` characters of its
+ * text (the answer could hold no more), and its search for the needle
+ * goes on past them. Reading stops once the answer is full, at
+ * MAX_SEARCHED_BYTES, or when the call is cancelled; a search cut short
+ * marks the answer truncated.
+ */
+async function matchingParagraphs (handle: FileHandle, query: string, budget: number, ctx: ToolContext): Promise<string[]> {
   const needle = query.toLowerCase()
   const matches: string[] = []
   let used = 0
-  let paragraph: string[] = []
-  const flush = (): void => {
-    const text = paragraph.join('\n')
-    paragraph = []
-    if (text.trim() === '' || !text.toLowerCase().includes(needle) || used > budget) return
-    matches.push(text)
-    used += text.length
+  // The paragraph being read: its text kept so far, whether it has a line that is not blank, whether it holds the needle.
+  let kept = ''
+  let cut = false
+  let hasText = false
+  let found = false
+  /** The paragraph's last characters, lowercased: the needle may straddle two pieces. */
+  let tail = ''
+  // The line being read: whether it has shown something but whitespace, and the whitespace it began with.
+  let lineHasText = false
+  let leading = ''
+  const add = (piece: string): void => {
+    if (piece === '') return
+    if (!found && needle !== '') {
+      const lowered = tail + piece.toLowerCase()
+      found = lowered.includes(needle)
+      tail = lowered.slice(-(needle.length - 1) || lowered.length)
+    }
+    if (kept.length <= budget) kept += piece.slice(0, budget + 1 - kept.length)
+    else cut = true
   }
-  const reader = createInterface({ input: handle.createReadStream({ autoClose: false, start: 0 }), crlfDelay: Infinity })
-  for await (const line of reader) {
-    if (line.trim() === '') flush()
-    else paragraph.push(line)
+  const endParagraph = (): void => {
+    if (hasText && (found || needle === '') && used <= budget) {
+      matches.push(kept)
+      used += kept.length
+      if (cut) ctx.markTruncated?.()
+    }
+    kept = ''
+    cut = false
+    hasText = false
+    found = false
+    tail = ''
   }
-  flush()
+  const decoder = new StringDecoder('utf8')
+  const buffer = Buffer.alloc(CHUNK_BYTES)
+  let position = 0
+  for (;;) {
+    if (ctx.signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled')
+    if (used > budget || position >= MAX_SEARCHED_BYTES) {
+      ctx.markTruncated?.()
+      return matches
+    }
+    const { bytesRead } = await handle.read(buffer, 0, CHUNK_BYTES, position)
+    if (bytesRead === 0) break
+    position += bytesRead
+    const lines = decoder.write(buffer.subarray(0, bytesRead)).split('\n')
+    lines.forEach((segment, index) => {
+      const endsLine = index < lines.length - 1
+      const text = endsLine && segment.endsWith('\r') ? segment.slice(0, -1) : segment
+      if (lineHasText) {
+        add(text)
+      } else {
+        const first = text.search(/\S/)
+        if (first === -1) {
+          if (leading.length <= budget) leading += text
+        } else {
+          add(`${hasText ? '\n' : ''}${leading}${text}`)
+          lineHasText = true
+          hasText = true
+          leading = ''
+        }
+      }
+      if (endsLine) {
+        // A blank line ends the paragraph.
+        if (!lineHasText) endParagraph()
+        lineHasText = false
+        leading = ''
+      }
+    })
+  }
+  add(decoder.end())
+  endParagraph()
   return matches
 }

@@ -6,6 +6,7 @@
  */
 import type { FileHandle } from 'node:fs/promises'
 import { type Static, Type } from '@sinclair/typebox'
+import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
 import { fitString } from '../execution/truncate.ts'
 import { checkedStat, openForReading, readPrefix } from '../workspace-fs/read.ts'
@@ -43,7 +44,7 @@ export const readFileTool = defineBuiltin({
         return { content: (await readPrefix(handle, ctx.maxResultBytes + 1, stat.size)).toString('utf8') }
       }
       const offset = args.offset ?? 1
-      const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes)
+      const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes, ctx.signal)
       const result = fitPage(page, offset, ctx.maxResultBytes)
       if (result.line_truncated === true) ctx.markTruncated?.()
       return result
@@ -60,9 +61,11 @@ interface Page { lines: Buffer[], more: boolean, cutLine: boolean }
  * Lines offset..offset+limit-1 (with their line ends), read in chunks and
  * keeping at most `maxBytes` of them: earlier lines are counted, never kept,
  * and a first line longer than the budget is cut. A file of one 2 GB line
- * costs a chunk and the budget, not 2 GB.
+ * costs a chunk and the budget, not 2 GB. Reaching a far offset reads
+ * every line before it, so a call that is cancelled (its client gone)
+ * stops between chunks.
  */
-async function collectPage (handle: FileHandle, offset: number, limit: number, maxBytes: number): Promise<Page> {
+async function collectPage (handle: FileHandle, offset: number, limit: number, maxBytes: number, signal: AbortSignal): Promise<Page> {
   const chunk = Buffer.alloc(CHUNK_BYTES)
   const lines: Buffer[] = []
   let current: Buffer[] = []
@@ -71,6 +74,7 @@ async function collectPage (handle: FileHandle, offset: number, limit: number, m
   let lineNumber = 1
   let position = 0
   for (;;) {
+    if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled')
     const { bytesRead } = await handle.read(chunk, 0, CHUNK_BYTES, position)
     if (bytesRead === 0) break
     position += bytesRead

@@ -37,6 +37,40 @@ describe('memory tools', () => {
     expect(await memoryReadTool.execute({ query: 'kubernetes' }, ctx)).toEqual({ query: 'kubernetes', matches: [], count: 0 })
   })
 
+  it('finds the same paragraphs as a whole-file reading would, across the chunks it reads in (CRLF, indented and whitespace-only lines)', async () => {
+    const ctx = await toolContext()
+    // Paragraphs of every length up to past a chunk, so that lines, paragraphs and the needle fall across chunk ends.
+    const parts: string[] = []
+    for (let i = 0; i < 400; i++) {
+      const body = `${i % 3 === 0 ? '  ' : ''}note ${i} ${'x'.repeat((i * 997) % 70_000)}${i % 7 === 0 ? ' Needle-Here' : ''}`
+      parts.push(i % 5 === 0 ? `${body}\r\nsecond line ${i}` : `${body}\nsecond line ${i}`)
+    }
+    const content = parts.map((part, i) => part + (i % 4 === 0 ? '\n \t \n' : '\n\n')).join('')
+    await mkdir(path.join(ctx.workspaceDir, 'memory'))
+    await writeFile(path.join(ctx.workspaceDir, 'memory', 'MEMORY.md'), content)
+    // The reading it replaced: readline's lines, a blank one ending each paragraph.
+    const expected = content.split(/\r?\n/).reduce<{ all: string[], current: string[] }>((acc, line) => {
+      if (line.trim() === '') { if (acc.current.length > 0) acc.all.push(acc.current.join('\n')); acc.current = [] } else acc.current.push(line)
+      return acc
+    }, { all: [], current: [] }).all.filter((paragraph) => paragraph.toLowerCase().includes('needle-here'))
+    const big = await toolContext({ workspaceDir: ctx.workspaceDir, maxResultBytes: 50_000_000 })
+    expect(await memoryReadTool.execute({ query: 'NEEDLE-here' }, big)).toEqual({ query: 'NEEDLE-here', matches: expected, count: expected.length })
+    expect(expected.length).toBeGreaterThan(50)
+  })
+
+  it('searches a memory of one 600 MB line in bounded memory, stops at its search limit or a cancellation, and says it was cut', async () => {
+    const truncated: boolean[] = []
+    const ctx = await toolContext({ markTruncated: () => { truncated.push(true) } })
+    await mkdir(path.join(ctx.workspaceDir, 'memory'))
+    // A sparse file: 600 MB of NUL bytes and no newline (a whole-line reader ends the process with a RangeError).
+    execFileSync('truncate', ['-s', '600M', path.join(ctx.workspaceDir, 'memory', 'MEMORY.md')])
+    expect(await memoryReadTool.execute({ query: 'anything' }, ctx)).toEqual({ query: 'anything', matches: [], count: 0 })
+    expect(truncated).toEqual([true])
+    const cancelled = new AbortController()
+    cancelled.abort()
+    expect(await codeOf(memoryReadTool.execute({ query: 'anything' }, { ...ctx, signal: cancelled.signal }))).toBe('ExecutionFailed')
+  })
+
   it('never loses a concurrent append', async () => {
     const ctx = await toolContext()
     await Promise.all(Array.from({ length: 50 }, (_, i) => memoryWriteTool.execute({ content: `fact ${i}` }, ctx)))

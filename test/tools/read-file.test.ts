@@ -106,6 +106,18 @@ describe('read_file on a 2 GB file', () => {
     expect(peak - before).toBeLessThan(64 * 1024 * 1024)
   })
 
+  it('stops reading toward a far offset once the call is cancelled (its client gone)', async () => {
+    const cancel = new AbortController()
+    const ctx = await toolContext({ signal: cancel.signal })
+    const file = path.join(ctx.workspaceDir, 'lines.txt')
+    // Half a GiB of empty lines: reaching an offset past them reads them all, line by line.
+    await writeFile(file, '\n'.repeat(1024 * 1024))
+    await truncate(file, 512 * 1024 ** 2)
+    const reading = codeOf(readFileTool.execute({ path: 'lines.txt', offset: 2_000_000_000 }, ctx))
+    setTimeout(() => { cancel.abort() }, 50)
+    expect(await reading).toBe('ExecutionFailed')
+  })
+
   it('through the app: a capped answer marked truncated', async () => {
     const app = await buildTestApp()
     await exec(app, 'write_file', { path: 'huge.bin', content: 'start' }, { workspace: 'big' })
