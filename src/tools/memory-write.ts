@@ -6,7 +6,7 @@
 import { constants } from 'node:fs'
 import { lstat, open } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
-import { openContainedDirectory } from '../workspace-fs/open.ts'
+import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
 import { fsError } from '../workspace-fs/errors.ts'
@@ -32,10 +32,12 @@ export const memoryWriteTool = defineBuiltin({
       const append = async () => {
         // The separator is at most two bytes; counting it always keeps the check simple and safe.
         await ctx.quota?.ensureRoom(Buffer.byteLength(args.content) + 2)
-        const dir = await openContainedDirectory(ctx.workspaceDir, 'memory', MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
+        // Where the path leads (a link to a file inside the workspace is followed, as the other modes and memory_read follow it).
+        const { relativeDir, name } = splitInWorkspace(ctx.workspaceDir, file.absolute)
+        const dir = await openContainedDirectory(ctx.workspaceDir, relativeDir, MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
         try {
-          const { created, bytes } = await appendParagraph(dir.at('MEMORY.md'), args.content)
-          ctx.quota?.landed(created ? 1 : 0, bytes, 'memory')
+          const { created, bytes } = await appendParagraph(dir.at(name), args.content)
+          ctx.quota?.landed(created ? 1 : 0, bytes, relativeDir)
         } catch (error) {
           throw fsError(error, MEMORY_PATH)
         } finally {
@@ -55,7 +57,7 @@ export const memoryWriteTool = defineBuiltin({
 async function appendParagraph (file: string, content: string): Promise<{ created: boolean, bytes: number }> {
   // Whether the file is new, for the workspace's file count (only a process could race this; it makes the figure stale anyway).
   const created = await lstat(file).then(() => false, () => true)
-  // O_NOFOLLOW: a MEMORY.md that is a symlink is refused, never followed. O_NONBLOCK: one that is a
+  // O_NOFOLLOW: a link swapped in since the path was resolved is refused, never followed. O_NONBLOCK: one that is a
   // FIFO opens at once instead of holding a thread-pool thread, and is refused below.
   const handle = await open(file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o644)
   try {

@@ -89,6 +89,20 @@ describe('memory tools', () => {
     await mkdir(path.join(outside, 'x'))
   })
 
+  it('follows links that stay inside the workspace when appending, as overwrite and read do', async () => {
+    const ctx = await toolContext()
+    await mkdir(path.join(ctx.workspaceDir, 'memory'))
+    await writeFile(path.join(ctx.workspaceDir, 'notes.md'), 'kept')
+    await symlink('../notes.md', path.join(ctx.workspaceDir, 'memory', 'MEMORY.md'))
+    await memoryWriteTool.execute({ content: 'appended' }, ctx)
+    expect(await readFile(path.join(ctx.workspaceDir, 'notes.md'), 'utf8')).toBe('kept\n\nappended')
+    const other = await toolContext()
+    await mkdir(path.join(other.workspaceDir, 'docs'))
+    await symlink('docs', path.join(other.workspaceDir, 'memory'))
+    await memoryWriteTool.execute({ content: 'in docs' }, other)
+    expect(await readFile(path.join(other.workspaceDir, 'docs', 'MEMORY.md'), 'utf8')).toBe('in docs')
+  })
+
   it('through the app: 50 parallel appends to a new workspace, none lost, each its own paragraph', async () => {
     const app = await buildTestApp()
     // No POST /v1/workspaces first: the first calls to a new id arrive together and create it once.
