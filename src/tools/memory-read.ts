@@ -96,6 +96,7 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
   const decoder = new StringDecoder('utf8')
   const buffer = Buffer.alloc(CHUNK_BYTES)
   let position = 0
+  let afterCarriageReturn = false
   for (;;) {
     if (ctx.signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled')
     if (used > budget || position >= MAX_SEARCHED_BYTES) {
@@ -105,18 +106,21 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
     const { bytesRead } = await handle.read(buffer, 0, CHUNK_BYTES, position)
     if (bytesRead === 0) break
     position += bytesRead
-    const lines = decoder.write(buffer.subarray(0, bytesRead)).split('\n')
-    lines.forEach((segment, index) => {
+    // Lines end as readline ends them: at \n, \r\n or a lone \r, one \r\n across two chunks included.
+    let text = decoder.write(buffer.subarray(0, bytesRead))
+    if (afterCarriageReturn && text.startsWith('\n')) text = text.slice(1)
+    if (text !== '') afterCarriageReturn = text.endsWith('\r')
+    const lines = text.split(/\r\n|\r|\n/)
+    lines.forEach((line, index) => {
       const endsLine = index < lines.length - 1
-      const text = endsLine && segment.endsWith('\r') ? segment.slice(0, -1) : segment
       if (lineHasText) {
-        add(text)
+        add(line)
       } else {
-        const first = text.search(/\S/)
+        const first = line.search(/\S/)
         if (first === -1) {
-          if (leading.length <= budget) leading += text
+          if (leading.length <= budget) leading += line
         } else {
-          add(`${hasText ? '\n' : ''}${leading}${text}`)
+          add(`${hasText ? '\n' : ''}${leading}${line}`)
           lineHasText = true
           hasText = true
           leading = ''

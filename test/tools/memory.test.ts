@@ -45,11 +45,13 @@ describe('memory tools', () => {
       const body = `${i % 3 === 0 ? '  ' : ''}note ${i} ${'x'.repeat((i * 997) % 70_000)}${i % 7 === 0 ? ' Needle-Here' : ''}`
       parts.push(i % 5 === 0 ? `${body}\r\nsecond line ${i}` : `${body}\nsecond line ${i}`)
     }
-    const content = parts.map((part, i) => part + (i % 4 === 0 ? '\n \t \n' : '\n\n')).join('')
+    // Lone carriage returns end lines too; and a \r\n split by the end of the first 64 KiB chunk is one line end.
+    const content = `${'y'.repeat(65_529)}\r\n\r\nab\r\nneedle-here\r\ralpha\r\rbeta needle-here\r\n\n` +
+      parts.map((part, i) => part + (i % 4 === 0 ? '\n \t \n' : i % 9 === 0 ? '\r\r' : '\n\n')).join('')
     await mkdir(path.join(ctx.workspaceDir, 'memory'))
     await writeFile(path.join(ctx.workspaceDir, 'memory', 'MEMORY.md'), content)
-    // The reading it replaced: readline's lines, a blank one ending each paragraph.
-    const expected = content.split(/\r?\n/).reduce<{ all: string[], current: string[] }>((acc, line) => {
+    // The reading it replaced: readline's lines (crlfDelay: Infinity), a blank one ending each paragraph.
+    const expected = content.split(/\r\n|\r|\n/).reduce<{ all: string[], current: string[] }>((acc, line) => {
       if (line.trim() === '') { if (acc.current.length > 0) acc.all.push(acc.current.join('\n')); acc.current = [] } else acc.current.push(line)
       return acc
     }, { all: [], current: [] }).all.filter((paragraph) => paragraph.toLowerCase().includes('needle-here'))
