@@ -47,8 +47,9 @@ function describeError (error: ErrorObject): string {
 type Schema = Record<string, unknown>
 const isSchema = (value: unknown): value is Schema => typeof value === 'object' && value !== null && !Array.isArray(value)
 
-/** What a local reference (`#/$defs/Item`) in `root` names; undefined for any other. */
+/** What a local reference (`#/$defs/Item`, `#`) in `root` names; undefined for any other. */
 function referenced (ref: unknown, root: unknown): unknown {
+  if (ref === '#') return root
   if (typeof ref !== 'string' || !ref.startsWith('#/')) return undefined
   let node = root
   for (const part of ref.slice(2).split('/')) {
@@ -58,12 +59,6 @@ function referenced (ref: unknown, root: unknown): unknown {
   }
   return node
 }
-
-/**
- * How many schemas one search for nulls looks at, at most: a schema's
- * references may lead back to itself, through several branches each.
- */
-const MAX_SCHEMAS_SEARCHED = 10_000
 
 function hasNull (value: unknown): boolean {
   if (value === null) return true
@@ -75,20 +70,29 @@ function hasNull (value: unknown): boolean {
  * does not admit: OpenAI's strict mode makes every optional argument
  * nullable (strict-schema.ts), and a model then sends null for "absent".
  * It looks wherever that rewriting reaches: properties, array items, the
- * branches of anyOf and what local references name.
+ * branches of anyOf and what local references name. Each part of the
+ * arguments meets each schema once at most: references may lead back to
+ * themselves, through several branches each.
  */
 export function dropNullOptionals (root: unknown, args: unknown): void {
-  let searched = 0
-  const admitsNull = (schema: unknown): boolean => {
-    if (!isSchema(schema) || ++searched > MAX_SCHEMAS_SEARCHED) return true
+  const admitsNull = (schema: unknown, seen = new Set<unknown>()): boolean => {
+    if (!isSchema(schema)) return true
+    // Back at a schema already looked at: that way leads to no null.
+    if (seen.has(schema)) return false
+    seen.add(schema)
     const type = schema['type']
     if (type === 'null' || (Array.isArray(type) && type.includes('null'))) return true
-    if (Array.isArray(schema['anyOf'])) return schema['anyOf'].some(admitsNull)
-    if ('$ref' in schema) return type === undefined && admitsNull(referenced(schema['$ref'], root))
+    if (Array.isArray(schema['anyOf'])) return schema['anyOf'].some((branch) => admitsNull(branch, seen))
+    if ('$ref' in schema) return type === undefined && admitsNull(referenced(schema['$ref'], root), seen)
     return type === undefined && !('enum' in schema) && !('const' in schema)
   }
+  const met = new WeakMap<object, Set<unknown>>()
   const drop = (schema: unknown, value: unknown): void => {
-    if (!isSchema(schema) || ++searched > MAX_SCHEMAS_SEARCHED) return
+    // Only an object or an array holds members that could be dropped.
+    if (!isSchema(schema) || typeof value !== 'object' || value === null) return
+    const schemas = met.get(value) ?? new Set<unknown>()
+    if (schemas.has(schema)) return
+    met.set(value, schemas.add(schema))
     if ('$ref' in schema) drop(referenced(schema['$ref'], root), value)
     if (Array.isArray(schema['anyOf'])) for (const branch of schema['anyOf']) drop(branch, value)
     if (Array.isArray(value)) {

@@ -74,6 +74,12 @@ describe('OpenAI Chat Completions, strict mode', () => {
     // Null stays refused where it is required, and where no rewriting made it optional.
     expect(await call({ item: { label: null }, list: [] })).toMatchObject({ code: 'InvalidArgs' })
     expect(await call({ item: { label: 'a' }, list: [], self: { item: 1, list: null } })).toMatchObject({ code: 'InvalidArgs' })
+    // Through the references back to the root, and in as many array items as a model sends.
+    expect((await call({ item: { label: 'a' }, list: [], self: { item: { label: 'b', n: null }, list: [] } })).result).toEqual({ item: { label: 'a' }, list: [], self: { item: { label: 'b' }, list: [] } })
+    app.runtime.registry.setGroup('builtin', 'rows', [{ name: 'rows', description: 'counts', parameters, source: 'builtin', execute: async (args: { list: Array<Record<string, unknown>> }) => ({ rows: args.list.length, with_v: args.list.filter((row) => 'v' in row).length }) }])
+    const rows = Array.from({ length: 6000 }, (_, i) => ({ k: `k${i}`, v: null }))
+    const counted = await app.inject({ method: 'POST', url: '/v1/tools/rows/execute', payload: { arguments: { item: { label: 'a' }, list: rows } } })
+    expect(counted.json().result).toEqual({ rows: 6000, with_v: 0 })
   })
 })
 
