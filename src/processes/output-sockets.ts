@@ -57,7 +57,7 @@ export class OutputSockets {
 
   /** A connected pair; `onBytes` gets what the command writes, in a buffer valid only during the call. */
   async pair (onBytes: (bytes: Buffer) => void): Promise<OutputSocket> {
-    const listening = this.#listening ??= this.#listen()
+    const listening = this.#listening ?? this.#startListening()
     try {
       return await this.#pairThrough(await listening, onBytes)
     } catch (error) {
@@ -67,8 +67,16 @@ export class OutputSockets {
         this.#listening = undefined
         void listening.then(async (made) => { made.server.close(); await made.remove() }).catch(() => {})
       }
-      return await this.#pairThrough(await (this.#listening ??= this.#listen()), onBytes)
+      return await this.#pairThrough(await (this.#listening ?? this.#startListening()), onBytes)
     }
+  }
+
+  /** Listens, for every pair from now on; a listen that fails is tried again by the next pair. */
+  #startListening (): Promise<Listening> {
+    const listening = this.#listen()
+    this.#listening = listening
+    listening.catch(() => { if (this.#listening === listening) this.#listening = undefined })
+    return listening
   }
 
   async #pairThrough ({ file }: Listening, onBytes: (bytes: Buffer) => void): Promise<OutputSocket> {

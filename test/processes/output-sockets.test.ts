@@ -78,4 +78,18 @@ describe('output sockets', () => {
     expect(received.sort()).toEqual(['a:a', 'b:b', 'other:other'])
     expect((await readdir(dir)).filter((name) => name.startsWith('pairs-'))).toHaveLength(2)
   })
+
+  it('tries to listen again at the next pair after a listen that failed', async () => {
+    const dir = await tempDir('toolport-output-sockets-')
+    let failures = 1
+    const outputs = new OutputSockets(async () => {
+      if (failures-- > 0) throw new Error('the directory could not be made')
+      return dir
+    })
+    onCleanup(() => outputs.close())
+    await expect(outputs.pair(() => {})).rejects.toThrow('the directory could not be made')
+    const pair = await outputs.pair(() => {})
+    pair.writer.end()
+    await once(pair.reader, 'close')
+  })
 })
