@@ -42,10 +42,8 @@ function refusal (entry: ReadEntry | Header, stagingDir: string): string | null 
   if (!KEPT_TYPES.has(String(entry.type))) return `entry type ${String(entry.type)} is not allowed (only files, directories and symlinks)`
   if (name.startsWith('/') || /^[A-Za-z]:/.test(name)) return 'absolute path'
   if (name.split(/[\\/]/).includes('..')) return 'path contains ".."'
-  // node-tar would drop either silently: a file cannot replace the workspace's own directory, and a
-  // name that is not UTF-8 arrives with U+FFFD in it, where two such names would become one file.
+  // node-tar would drop it silently: a file cannot replace the workspace's own directory.
   if (entry.type !== 'Directory' && path.posix.normalize(name.replaceAll('\\', '/')).replace(/\/$/, '') === '.') return 'names the workspace itself'
-  if (name.includes('\uFFFD')) return 'the name is not valid UTF-8'
   if (entry.type === 'SymbolicLink') {
     const target = entry.linkpath ?? ''
     if (path.isAbsolute(target)) return 'symlink to an absolute path'
@@ -115,6 +113,16 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   let entries = 0
   let bytes = 0
   let limitError: ToolError | undefined
+  const refused = new WeakMap<ReadEntry, string>()
+  // A name that is not UTF-8 arrives with U+FFFD in place of its bytes: two such names that differ
+  // only there would become one file, the second taking the first's place unseen.
+  const unreadableNames = new Set<string>()
+  const sameNameAsEarlier = (name: string): string | null => {
+    if (!name.includes('\uFFFD')) return null
+    if (unreadableNames.has(name)) return 'the name is not valid UTF-8, and reads the same as an earlier entry\'s'
+    unreadableNames.add(name)
+    return null
+  }
   // tar loads with the first archive, not at every start of the service.
   const tar = await import('tar')
   const extractor = tar.x({
@@ -125,7 +133,11 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
     filter: (entryPath, stat) => {
       const entry = stat as ReadEntry
       // Refused entries are reported as node-tar sets them aside ('ignoredEntry' below).
-      if (refusal(entry, staging) !== null) return false
+      const why = refusal(entry, staging) ?? sameNameAsEarlier(entryPath)
+      if (why !== null) {
+        refused.set(entry, why)
+        return false
+      }
       // No setuid, setgid or sticky bits: a workspace file must never become a privileged program.
       if (typeof entry.mode === 'number') entry.mode &= 0o777
       entries++
@@ -142,7 +154,7 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   // Entries the filter refused, and those node-tar sets aside before asking it (kinds it does not
   // extract, such as a GNU sparse file).
   extractor.on('ignoredEntry', (entry: ReadEntry) => {
-    if (limitError === undefined) skip(report, entry.path, refusal(entry, staging) ?? `entry type ${String(entry.type)} is not extracted`)
+    if (limitError === undefined) skip(report, entry.path, refused.get(entry) ?? refusal(entry, staging) ?? `entry type ${String(entry.type)} is not extracted`)
   })
   const compressed = countedBytes(limits.maxBodyBytes, () => new ToolError('PayloadTooLarge', `the body is larger than ${limits.maxBodyBytes} bytes`))
   // Piped, not part of the pipeline: a failed pipeline destroys its streams, and destroying a request closes its socket.

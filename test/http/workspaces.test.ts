@@ -124,13 +124,17 @@ describe('workspaces', () => {
       { name: 'kept.txt', content: 'kept' },
     ]), { 'content-type': 'application/gzip' })
     expect(up.status).toBe(200)
-    expect(up.body).toMatchObject({ files: 1, skipped_count: 4 })
+    // The first name that is not UTF-8 is kept (as U+FFFD); the second, which reads the same, is not merged into it.
+    expect(up.body).toMatchObject({ files: 2, skipped_count: 3 })
     expect(up.body.skipped.map((s: any) => s.reason)).toEqual([
       'entry type SparseFile is not allowed (only files, directories and symlinks)',
       'names the workspace itself',
-      'the name is not valid UTF-8',
-      'the name is not valid UTF-8',
+      'the name is not valid UTF-8, and reads the same as an earlier entry\'s',
     ])
+    expect((await exec(app, 'read_file', { path: 'n\uFFFD.t' }, { workspace: 'dropped' })).body.result.content).toBe('one')
+    // A name that holds U+FFFD itself is valid: a workspace's own archive takes it back.
+    const valid = await request(app, 'PUT', '/v1/workspaces/dropped/archive', tarOf([{ name: 'notes-\uFFFD.txt', content: 'kept' }]), { 'content-type': 'application/gzip' })
+    expect(valid.body).toMatchObject({ files: 1, skipped_count: 0 })
     const many = await request(app, 'PUT', '/v1/workspaces/dropped/archive', tarOf(Array.from({ length: 150 }, (_, i) => ({ name: `../out-${i}`, content: 'x' }))), { 'content-type': 'application/gzip' })
     expect(many.status).toBe(200)
     expect(many.body.skipped_count).toBe(150)
