@@ -151,7 +151,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   let toolName = clipText(call.name, MAX_UNKNOWN_NAME_BYTES)
   const span = services.tracing?.startCall(toolName, call.id)
   let metricName = '(unknown)'
-  let workspaceId: string | null = null
+  // Named from the start, so that a call refused before its workspace is leased is reported with it too.
+  let workspaceId: string | null = workspace.named
   let outcome: Outcome
   let disposeSignal: (() => void) | undefined
   const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)

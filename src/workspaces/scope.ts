@@ -23,6 +23,17 @@ export class WorkspaceScope {
     this.#keepsProcesses = options.keepsProcesses === true
   }
 
+  /** The persistent workspace the calls name; null for an ephemeral one, or an id that is not valid. */
+  get named (): string | null {
+    if (this.#workspaceId === undefined) return null
+    try {
+      validateWorkspaceId(this.#workspaceId)
+      return this.#workspaceId
+    } catch {
+      return null
+    }
+  }
+
   /** Throws InvalidArgs for a bad workspace id, before anything touches the filesystem. */
   validate (): void {
     if (this.#workspaceId !== undefined) validateWorkspaceId(this.#workspaceId)

@@ -94,6 +94,11 @@ describe('tracing to an OTLP/HTTP collector', () => {
     expect((await post(server, '/v1/tools/read_file/execute', { workspace: 'traced', arguments: { path: 'missing.txt' } }, { traceparent: inWorkspace.header })).status).toBe(404)
     const [failedThere] = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === inWorkspace.traceId && s.name === 'execute_tool read_file'), 1)
     expect(failedThere?.attributes).toEqual({ 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': 'read_file', 'toolport.workspace': 'traced', 'error.type': 'FileNotFound' })
+    // Also one refused before its workspace is reached (its arguments).
+    const refusedEarly = traceparent()
+    expect((await post(server, '/v1/tools/read_file/execute', { workspace: 'traced', arguments: { path: 7 } }, { traceparent: refusedEarly.header })).status).toBe(400)
+    const [early] = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === refusedEarly.traceId && s.name === 'execute_tool read_file'), 1)
+    expect(early?.attributes).toEqual({ 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': 'read_file', 'toolport.workspace': 'traced', 'error.type': 'InvalidArgs' })
 
     // A batch: one child per call, each with its call id, the parallel ones too.
     const batch = traceparent()
