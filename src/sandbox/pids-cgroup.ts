@@ -65,7 +65,8 @@ function candidateBases (): Array<{ base: string, v1: boolean }> {
 
 function pidsIn (dir: string): number[] {
   try {
-    return readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number)
+    // A process of another PID namespace reads as 0, which process.kill would take for this process's own group.
+    return readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n').map(Number).filter((pid) => Number.isInteger(pid) && pid > 0)
   } catch {
     return []
   }
