@@ -5,7 +5,8 @@
  * time (config-validators.ts). `loadConfigFile` reads a YAML or JSON file;
  * a problem becomes one line naming the key.
  */
-import { readFile } from 'node:fs/promises'
+import { constants } from 'node:fs'
+import { open, readFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import type { ErrorObject, ValidateFunction } from 'ajv'
@@ -75,6 +76,7 @@ export function parseConfig (raw: unknown): Config {
   for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {
     if (server.url !== undefined) checkOutgoingUrl(`tools.mcp_servers.${name}.url`, server.url)
   }
+  allTokens(copy.auth)
   // Empty is unset, as web_search takes it.
   if (copy.tools.web_search.endpoint) checkOutgoingUrl('tools.web_search.endpoint', copy.tools.web_search.endpoint)
   for (const [name, channel] of Object.entries(copy.channels)) checkOutgoingUrl(`channels.${name}.webhook`, channel.webhook)
@@ -102,11 +104,32 @@ export function defaultConfig (): Config {
   return parseConfig({})
 }
 
+/** A Kubernetes Secret holds at most 1 MiB: a tokens file is never larger. */
+const MAX_TOKENS_FILE_BYTES = 1024 * 1024
+
+/**
+ * A regular file's text, read only when it is one and at most `maxBytes`
+ * long: a FIFO put in its place would block the reading (and the start,
+ * or every later reload) until someone writes to it.
+ */
+async function readSmallFile (file: string, maxBytes: number): Promise<string> {
+  const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK)
+  try {
+    const stat = await handle.stat()
+    if (!stat.isFile()) throw Object.assign(new Error('not a regular file'), { code: 'not a regular file' })
+    if (stat.size > maxBytes) throw Object.assign(new Error('too large'), { code: `larger than ${maxBytes} bytes` })
+    return await handle.readFile('utf8')
+  } finally {
+    await handle.close()
+  }
+}
+
 /** The tokens a tokens file holds (a YAML or JSON list of `{token, tenant, allowed_tools}`), checked; ConfigError otherwise. */
 export async function readTokensFile (file: string): Promise<Config['auth']['tokens']> {
   let raw: unknown
   try {
-    raw = await parseYaml(await readFile(file, 'utf8'))
+    const text = await readSmallFile(file, MAX_TOKENS_FILE_BYTES)
+    raw = /^\s*[[{]/.test(text) ? JSON.parse(text) : await parseYaml(text)
   } catch (error) {
     throw new ConfigError(`config: auth.tokens_file: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'not YAML or JSON'}`)
   }

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process'
 import { writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it, vi } from 'vitest'
@@ -108,6 +109,17 @@ describe('auth.tokens_file', () => {
     expect(allTokens(config.auth, await readTokensFile(file)).map((t) => [t.token, t.tenant, t.allowed_tools])).toEqual([['inline', 'acme', ['*']], ['from-file', 'beta', ['read_*']]])
   })
 
+  it('reads only a regular file of at most 1 MiB: a FIFO in its place is refused at once, never waited on', async () => {
+    const { readTokensFile } = await import('../src/config.ts')
+    const dir = await tempDir()
+    execFileSync('mkfifo', [path.join(dir, 'fifo.yaml')])
+    await expect(readTokensFile(path.join(dir, 'fifo.yaml'))).rejects.toThrow(/^config: auth.tokens_file: cannot read .*: not a regular file$/)
+    await writeFile(path.join(dir, 'big.json'), `[${'{"token":"t","tenant":"x"},'.repeat(40_000)}{"token":"u","tenant":"x"}]`)
+    await expect(readTokensFile(path.join(dir, 'big.json'))).rejects.toThrow(/: larger than 1048576 bytes$/)
+    await writeFile(path.join(dir, 'tokens.json'), '[{"token":"json-token","tenant":"x"}]')
+    expect(await readTokensFile(path.join(dir, 'tokens.json'))).toEqual([{ token: 'json-token', tenant: 'x', allowed_tools: ['*'] }])
+  })
+
   it('names auth.tokens_file when the file is missing or malformed', async () => {
     const { readTokensFile } = await import('../src/config.ts')
     const dir = await tempDir()
@@ -118,8 +130,8 @@ describe('auth.tokens_file', () => {
 
   it('refuses a token twice (the second entry\'s tenant and scope would never apply) and one a Bearer header cannot carry, never quoting it', async () => {
     const { allTokens, readTokensFile } = await import('../src/config.ts')
-    const twice = parseConfig({ auth: { tokens: [{ token: 'dup-secret', tenant: 'a' }, { token: 'dup-secret', tenant: 'b', allowed_tools: ['read_file'] }] } })
-    expect(() => allTokens(twice.auth)).toThrow('config: auth.tokens entry 1: the same token as auth.tokens entry 0; each token names one tenant and scope')
+    expect(() => parseConfig({ auth: { tokens: [{ token: 'dup-secret', tenant: 'a' }, { token: 'dup-secret', tenant: 'b', allowed_tools: ['read_file'] }] } }))
+      .toThrow('config: auth.tokens entry 1: the same token as auth.tokens entry 0; each token names one tenant and scope')
     const dir = await tempDir()
     await writeFile(path.join(dir, 'tokens.yaml'), '- { token: inline-secret, tenant: c }\n')
     const across = parseConfig({ auth: { tokens: [{ token: 'inline-secret', tenant: 'a' }] } })

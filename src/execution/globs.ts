@@ -75,7 +75,7 @@ function matches ({ parts, open, closed }: Pieces, glob: string, name: string): 
 
 /** A matcher that accepts a name matching any of the globs. An empty list matches nothing. */
 export function globMatcher (globs: readonly string[]): NameMatcher {
-  const compiled = globs.map((glob) => ({ glob, pieces: piecesOf(glob) }))
+  const compiled = [...new Set(globs)].map((glob) => ({ glob, pieces: piecesOf(glob) }))
   return (name) => compiled.some(({ glob, pieces }) => matches(pieces, glob, name))
 }
 

@@ -6,4 +6,9 @@ export interface Principal {
   /** Matches the tool names the token's `allowed_tools` globs allow. */
   scope: NameMatcher
   allowedTools: string[]
+  /**
+   * Aborts when the token is revoked, or given another tenant or scope (a
+   * tokens file changed): whatever the token still has open then ends.
+   */
+  revoked?: AbortSignal
 }

@@ -22,7 +22,8 @@ export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller 
     scope: request.principal.scope,
     requestId: request.id,
     log: request.log as Logger,
-    signal: controller.signal,
+    // A call of a token revoked meanwhile ends too (a long-poll, a stream, a command).
+    signal: request.principal.revoked ? AbortSignal.any([controller.signal, request.principal.revoked]) : controller.signal,
     credentials: request.headers.authorization,
     forwarded: isForwarded(request),
   }

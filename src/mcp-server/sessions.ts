@@ -56,7 +56,8 @@ export class McpSessions {
   /** The live session with this id, if it belongs to the same principal; finding it counts as a use. */
   find (id: string, principal: Principal): McpSession | undefined {
     const session = this.#byTenant.get(principal.tenant)?.get(id)
-    if (!session || session.principal.allowedTools !== principal.allowedTools) return undefined
+    // The same token's principal (a tokens file's reload keeps it for a token it leaves as it was).
+    if (!session || session.principal !== principal) return undefined
     this.touch(session)
     return session
   }
@@ -77,16 +78,21 @@ export class McpSessions {
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
     const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant, undefined, { keepsProcesses: true })
     const calls = { running: 0 }
+    const closed = new AbortController()
     const server = this.#server(principal, workspace, allowed, calls, (requestId) => { transport.closeSSEStream(requestId) })
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
         // The initialize request's span learns the id it created.
         this.#runtime.tracing?.annotateRequest(ATTR_MCP_SESSION_ID, id)
-        this.#admit({ id, principal, transport, lastActive: Date.now(), calls })
+        const session = { id, principal, transport, lastActive: Date.now(), calls }
+        this.#admit(session)
+        // A session of a token revoked meanwhile ends, its processes with it.
+        principal.revoked?.addEventListener('abort', () => { this.#end(session, 'its token was revoked') }, { once: true, signal: closed.signal })
       },
     })
     transport.onclose = () => {
+      closed.abort()
       if (transport.sessionId) this.#forget(principal.tenant, transport.sessionId)
       void workspace.close()
       void server.close().catch(() => {})

@@ -100,6 +100,8 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
   for (;;) {
     if (ctx.signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled')
     if (used > budget || position >= MAX_SEARCHED_BYTES) {
+      // The paragraph under way, as far as it was read, if it matched.
+      endParagraph()
       ctx.markTruncated?.()
       return matches
     }

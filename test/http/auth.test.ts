@@ -11,7 +11,8 @@ import { describe, expect, it, vi } from 'vitest'
 import { buildTestApp, tempDir } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { execAs, requestAs } from '../support/requests.ts'
-import { listening } from '../support/listening.ts'
+import { listening, mcpClient } from '../support/listening.ts'
+import { processesWith, survivorsWith, uniqueSleepSeconds } from '../support/processes.ts'
 import { tarOf } from '../support/tarball.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
@@ -241,6 +242,35 @@ describe('a tokens file', () => {
     await publish('..v4', '- { token: third-token }\n')
     await new Promise((resolve) => setTimeout(resolve, 2500))
     expect([await statusWith(app, 'second-token'), await statusWith(app, 'third-token'), await statusWith(app, 'inline-token')]).toEqual([200, 401, 200])
+  })
+
+  it('keeps the MCP sessions of a token a change leaves as it was, and ends the sessions, streams and calls of a token it revokes', async () => {
+    const { file, publish } = await secretMount()
+    await publish('..both', '- { token: first-token, tenant: acme }\n- { token: other-token, tenant: acme }\n')
+    const app = await buildTestApp({ tools: { builtin: ['*'] }, auth: { tokens_file: file } })
+    const base = await listening(app)
+    const kept = await mcpClient(base, { token: 'first-token' })
+    const doomed = await mcpClient(base, { token: 'other-token' })
+    const marker = uniqueSleepSeconds()
+    await doomed.callTool({ name: 'process_start', arguments: { command: `sleep ${marker}`, yield_ms: 0 } })
+    expect(processesWith(marker).length).toBeGreaterThan(0)
+    // A process followed as an event stream, and a long-poll of it, with the token to be revoked.
+    const other = { authorization: 'Bearer other-token', 'content-type': 'application/json' }
+    const started = await (await fetch(`${base}/v1/workspaces/ticks/processes`, { method: 'POST', headers: other, body: JSON.stringify({ command: 'while true; do echo tick; sleep 0.2; done' }) })).json() as { id: string }
+    const stream = await fetch(`${base}/v1/workspaces/ticks/processes/${started.id}/output`, { headers: { ...other, accept: 'text/event-stream' } })
+    const streamEnded = (async () => { for await (const chunk of stream.body ?? []) void chunk })()
+    const quiet = await (await fetch(`${base}/v1/workspaces/ticks/processes`, { method: 'POST', headers: other, body: JSON.stringify({ command: 'sleep 30' }) })).json() as { id: string }
+    const poll = fetch(`${base}/v1/workspaces/ticks/processes/${quiet.id}/output?wait_ms=30000`, { headers: other })
+
+    // A change that leaves first-token as it was, and removes other-token.
+    await publish('..one', '# rotated\n- { token: first-token, tenant: acme }\n')
+    await vi.waitFor(async () => { expect(await statusWith(app, 'other-token')).toBe(401) }, { timeout: 5000, interval: 100 })
+    expect((await kept.listTools()).tools.length).toBeGreaterThan(0)
+    await expect(doomed.listTools()).rejects.toThrow()
+    expect(await survivorsWith(marker)).toEqual([])
+    await streamEnded
+    expect((await poll).status).toBe(401)
+    await app.inject({ method: 'DELETE', url: '/v1/workspaces/ticks', headers: { authorization: 'Bearer first-token' } })
   })
 
   it('means auth is on even while it holds no token: every call is 401 until one is added', async () => {

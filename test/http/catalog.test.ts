@@ -51,6 +51,9 @@ describe('GET /v1/tools', () => {
     const mcp = await app.inject({ method: 'POST', url: `/mcp?${long}`, payload: initialize, headers: { accept: 'application/json, text/event-stream', host: '127.0.0.1' } })
     expectProblem({ status: mcp.statusCode, body: mcp.json(), headers: mcp.headers }, 400, 'BadRequest')
     expect(mcp.json().detail).toMatch(/allowed is longer than 1024/)
+    // Given twice: REST's schema refuses it, and so does /mcp (it was read as no filter at all).
+    const twice = await app.inject({ method: 'POST', url: '/mcp?allowed=read_file&allowed=exec_shell', payload: initialize, headers: { accept: 'application/json, text/event-stream', host: '127.0.0.1' } })
+    expectProblem({ status: twice.statusCode, body: twice.json(), headers: twice.headers }, 400, 'BadRequest')
   })
 
   it('refuses an unknown format with a 400', async () => {

@@ -68,6 +68,10 @@ describe('memory tools', () => {
     execFileSync('truncate', ['-s', '600M', path.join(ctx.workspaceDir, 'memory', 'MEMORY.md')])
     expect(await memoryReadTool.execute({ query: 'anything' }, ctx)).toEqual({ query: 'anything', matches: [], count: 0 })
     expect(truncated).toEqual([true])
+    // A paragraph that matches but goes on past the search limit is answered as far as it was read.
+    const cut = await memoryReadTool.execute({ query: '\u0000' }, ctx) as { count: number, matches: string[] }
+    expect(cut.count).toBe(1)
+    expect(cut.matches[0]?.length).toBe(65_537)
     const cancelled = new AbortController()
     cancelled.abort()
     expect(await codeOf(memoryReadTool.execute({ query: 'anything' }, { ...ctx, signal: cancelled.signal }))).toBe('ExecutionFailed')

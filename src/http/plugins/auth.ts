@@ -41,10 +41,32 @@ const TOKENS_FILE_CHECK_MS = 1000
 interface KnownToken {
   digest: Buffer
   principal: Principal
+  /** Aborts the principal's `revoked`. */
+  revoke: () => void
+  /** Its tenant and scope, to tell an unchanged token on a reload. */
+  grants: string
 }
 
-const knownTokens = (tokens: Config['auth']['tokens']): KnownToken[] =>
-  tokens.map((t) => ({ digest: digest(t.token), principal: { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools } }))
+/**
+ * The tokens as known from now on. A token that `before` knew with the
+ * same tenant and scope keeps its principal (its MCP sessions and streams
+ * go on); the others of `before` are revoked.
+ */
+function knownTokens (tokens: Config['auth']['tokens'], before: KnownToken[] = []): KnownToken[] {
+  const previous = new Map(before.map((known) => [`${known.digest.toString('hex')} ${known.grants}`, known]))
+  const now = tokens.map((t) => {
+    const hashed = digest(t.token)
+    const grants = JSON.stringify([t.tenant, t.allowed_tools])
+    const kept = previous.get(`${hashed.toString('hex')} ${grants}`)
+    if (kept) return kept
+    const revocation = new AbortController()
+    const principal = { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools, revoked: revocation.signal }
+    return { digest: hashed, principal, revoke: () => { revocation.abort() }, grants }
+  })
+  const kept = new Set(now)
+  for (const known of before) if (!kept.has(known)) known.revoke()
+  return now
+}
 
 export async function installAuth (app: FastifyInstance, auth: Config['auth']): Promise<void> {
   if (!authIsOn(auth)) {
@@ -65,7 +87,7 @@ export async function installAuth (app: FastifyInstance, auth: Config['auth']): 
     // Its version before its reading: a change between the two is read again.
     const version = await versionOf(file)
     known = knownTokens(allTokens(auth, await readTokensFile(file)))
-    const stop = followTokensFile(auth, file, version, app.log as Logger, (tokens) => { known = knownTokens(tokens) })
+    const stop = followTokensFile(auth, file, version, app.log as Logger, (tokens) => { known = knownTokens(tokens, known) })
     app.addHook('onClose', async () => { stop() })
   }
   app.decorateRequest('principal', null as unknown as Principal)

@@ -25,7 +25,9 @@ function sessionIdOf (request: FastifyRequest): string | undefined {
  */
 function allowedOf (request: FastifyRequest): NameMatcher | undefined {
   const { allowed } = request.query as { allowed?: unknown }
-  return typeof allowed === 'string' ? globMatcher(parseGlobList(allowed)) : undefined
+  // Given twice, it would be read as neither (REST's schema refuses it as well).
+  if (allowed !== undefined && typeof allowed !== 'string') throw new ToolError('BadRequest', 'allowed must be given once, as a comma-separated list of globs')
+  return allowed === undefined ? undefined : globMatcher(parseGlobList(allowed))
 }
 
 /** A Host header as a URL spells it (`[::ffff:7f00:1]`, `xn--bcher-kva.example`); BadRequest when it is no host[:port]. */

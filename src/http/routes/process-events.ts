@@ -72,6 +72,13 @@ function openStream (request: FastifyRequest, reply: FastifyReply): { raw: Fasti
   raw.flushHeaders()
   const gone = new AbortController()
   raw.once('close', () => gone.abort())
+  // A stream of a token revoked meanwhile ends: it could otherwise follow a process for hours.
+  const revoked = request.principal.revoked
+  if (revoked) {
+    const end = (): void => { gone.abort(); raw.end() }
+    if (revoked.aborted) end()
+    else revoked.addEventListener('abort', end, { once: true, signal: gone.signal })
+  }
   const send = async (data: string | Buffer): Promise<void> => {
     if (!raw.write(data)) await once(raw, 'drain', { signal: gone.signal }).catch(() => {})
   }

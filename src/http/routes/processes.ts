@@ -155,7 +155,9 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       if (after >= found.output.end) {
         const left = new AbortController()
         reply.raw.once('close', () => left.abort())
-        await found.waitForChange(waitMs, left.signal)
+        const { revoked } = request.principal
+        await found.waitForChange(waitMs, revoked ? AbortSignal.any([left.signal, revoked]) : left.signal)
+        if (revoked?.aborted === true) throw new ToolError('Unauthorized', 'the token was revoked while the request waited')
       }
       const read = found.output.read(after, maxBytes)
       return { process: found.info(), chunks: read.chunks, next: read.next, dropped_bytes: read.dropped }
