@@ -34,9 +34,8 @@ async function readConfig (): Promise<{ config: Config, file: string | undefined
     process.exit(0)
   }
   const file = values.config ?? process.env['TOOLPORT_CONFIG'] ?? undefined
-  const loaded = file ? await loadConfigFile(file) : defaultConfig()
-  if (process.env['TOOLPORT_TOKENS_FILE']) loaded.auth.tokens_file = process.env['TOOLPORT_TOKENS_FILE']
-  const config = loaded
+  const config = file ? await loadConfigFile(file) : defaultConfig()
+  if (process.env['TOOLPORT_TOKENS_FILE']) config.auth.tokens_file = process.env['TOOLPORT_TOKENS_FILE']
   // Checked now, to end the start with its one line; the auth plugin reads it again, and whenever it changes.
   if (config.auth.tokens_file !== undefined) allTokens(config.auth, await readTokensFile(config.auth.tokens_file))
   if (process.env['HOST']) config.server.host = process.env['HOST']
