@@ -2,7 +2,8 @@
  * message: sends text to a configured channel. The call only enqueues (the
  * clawft: "the return value confirms dispatch, not delivery"); a background
  * sender POSTs `{channel, chat_id, content}` to the channel's webhook with
- * retries. The queue is bounded; content is sanitised first.
+ * retries. Each channel's queue is bounded (in messages and in bytes);
+ * content is sanitised first.
  */
 import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
@@ -11,9 +12,13 @@ import type { AnyTool } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
 
+/** What one channel's queue holds at most: so many messages, and so many bytes of them. */
 export const MAX_QUEUED_MESSAGES = 1000
+export const MAX_QUEUED_BYTES = 16 * 1024 * 1024
 export const SEND_ATTEMPTS = 3
 const SEND_TIMEOUT_MS = 10_000
+/** When a caller refused by a full queue may try again. */
+const FULL_RETRY_AFTER_SECONDS = 30
 
 /** Strips NUL, DEL and control characters, keeping newline, carriage return and tab (clawft's tool lifecycle). */
 export function sanitiseContent (text: string): string {
@@ -21,34 +26,50 @@ export function sanitiseContent (text: string): string {
   return text.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g, '')
 }
 
-interface Outgoing { channel: string, chat_id: string, content: string, webhook: string }
+interface Outgoing { channel: string, chat_id: string, content: string, webhook: string, bytes: number }
 
+/** One channel's messages waiting, and the bytes they hold; sent one at a time, in order. */
+interface ChannelQueue { waiting: Outgoing[], bytes: number, running: Promise<void> | undefined }
+
+/**
+ * A queue per channel: a webhook that is slow or down holds back and fills
+ * only its own channel's queue, never another's.
+ */
 class WebhookSender {
-  readonly #queue: Outgoing[] = []
+  readonly #queues = new Map<string, ChannelQueue>()
   readonly #log: Logger
-  #running: Promise<void> | undefined
   #closing = false
 
   constructor (log: Logger) {
     this.#log = log
   }
 
-  enqueue (message: Outgoing): void {
+  enqueue (message: Omit<Outgoing, 'bytes'>): void {
     if (this.#closing) throw new ToolError('ExecutionFailed', 'the service is shutting down')
-    if (this.#queue.length >= MAX_QUEUED_MESSAGES) throw new ToolError('ExecutionFailed', `message queue full (${MAX_QUEUED_MESSAGES} waiting)`)
-    this.#queue.push(message)
-    this.#running ??= this.#drain().finally(() => { this.#running = undefined })
+    const queue = this.#queues.get(message.channel) ?? { waiting: [], bytes: 0, running: undefined }
+    this.#queues.set(message.channel, queue)
+    const bytes = Buffer.byteLength(message.content) + Buffer.byteLength(message.chat_id)
+    if (queue.waiting.length >= MAX_QUEUED_MESSAGES || queue.bytes + bytes > MAX_QUEUED_BYTES) {
+      throw new ToolError('Overloaded', `the ${message.channel} channel's queue is full (${queue.waiting.length} messages, ${queue.bytes} bytes waiting for its webhook)`, { retryAfterSeconds: FULL_RETRY_AFTER_SECONDS })
+    }
+    queue.waiting.push({ ...message, bytes })
+    queue.bytes += bytes
+    queue.running ??= this.#drain(queue).finally(() => { queue.running = undefined })
   }
 
   /** Stops accepting; gives what is queued up to `graceMs` to go out. */
   async close (graceMs = 2000): Promise<void> {
     this.#closing = true
-    if (this.#running) await Promise.race([this.#running, new Promise((resolve) => setTimeout(resolve, graceMs).unref())])
-    this.#queue.length = 0
+    const running = [...this.#queues.values()].map((queue) => queue.running)
+    await Promise.race([Promise.all(running), new Promise((resolve) => setTimeout(resolve, graceMs).unref())])
+    this.#queues.clear()
   }
 
-  async #drain (): Promise<void> {
-    for (let message = this.#queue.shift(); message; message = this.#queue.shift()) await this.#deliver(message)
+  async #drain (queue: ChannelQueue): Promise<void> {
+    for (let message = queue.waiting.shift(); message; message = queue.waiting.shift()) {
+      queue.bytes -= message.bytes
+      await this.#deliver(message)
+    }
   }
 
   async #deliver (message: Outgoing): Promise<void> {
@@ -58,8 +79,10 @@ class WebhookSender {
         const { request } = await import('undici')
         const response = await request(message.webhook, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(SEND_TIMEOUT_MS) })
         await response.body.dump()
+        if (response.statusCode < 300) return
+        // A redirect is not followed (the message would go where the operator did not say); nor is it delivered.
         if (response.statusCode < 500) {
-          if (response.statusCode >= 400) this.#log.warn({ channel: message.channel, status: response.statusCode }, 'webhook refused a message')
+          this.#log.warn({ channel: message.channel, status: response.statusCode }, 'webhook refused a message')
           return
         }
         this.#log.debug({ channel: message.channel, status: response.statusCode, attempt }, 'webhook failed; retrying')

@@ -7,7 +7,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
-import { createMessageTool, MAX_QUEUED_MESSAGES } from '../../src/tools/message.ts'
+import { createMessageTool, MAX_QUEUED_BYTES, MAX_QUEUED_MESSAGES } from '../../src/tools/message.ts'
 import { codeOf, toolContext } from '../support/context.ts'
 import { buildTestApp, exec, onCleanup } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
@@ -54,18 +54,40 @@ describe('message', () => {
     expect(sink.requests.map((r) => JSON.parse(r.body).content)).toEqual(['m0', 'm1', 'm2', 'm3', 'm4'])
   })
 
-  it('refuses a message when the queue is full', async () => {
+  it('refuses a message when its channel\'s queue is full, by count or by bytes (503, retry later); another channel goes on', async () => {
     // A sink that never answers: the first message stays in flight and the rest wait.
     const sink = await startHttpServer(() => {})
-    const { tool, close } = createMessageTool({ ops: { webhook: `${sink.base}/hook` } }, pino({ level: 'silent' }))
+    const healthy = await startHttpServer((_request, response) => { response.writeHead(204).end() })
+    const { tool, close } = createMessageTool({ ops: { webhook: `${sink.base}/hook` }, alerts: { webhook: `${healthy.base}/hook` } }, pino({ level: 'silent' }))
     onCleanup(() => close())
     const ctx = await toolContext()
-    const send = (i: number) => tool.execute({ channel: 'ops', chat_id: 'c', content: `m${i}` }, ctx)
+    const send = (i: number, content = `m${i}`) => tool.execute({ channel: 'ops', chat_id: 'c', content }, ctx)
     await send(0)
     await eventually(() => sink.requests.length === 1)
     for (let i = 1; i <= MAX_QUEUED_MESSAGES; i++) await send(i)
-    expect(await codeOf(send(MAX_QUEUED_MESSAGES + 1))).toBe('ExecutionFailed')
-    await expect(send(MAX_QUEUED_MESSAGES + 2)).rejects.toThrow(/queue full/)
+    expect(await codeOf(send(MAX_QUEUED_MESSAGES + 1))).toBe('Overloaded')
+    await expect(send(MAX_QUEUED_MESSAGES + 2)).rejects.toThrow(/the ops channel's queue is full/)
+    // The other channel is not held back by the one whose webhook hangs.
+    await tool.execute({ channel: 'alerts', chat_id: 'c', content: 'all clear' }, ctx)
+    await eventually(() => healthy.requests.length === 1)
+    expect(healthy.requests.map((r) => JSON.parse(r.body).content)).toEqual(['all clear'])
+    // By bytes: a few large messages fill a queue long before its count does.
+    const big = 'x'.repeat(MAX_QUEUED_BYTES / 4)
+    const sends = await Promise.all([1, 2, 3, 4, 5].map(async () => codeOf(tool.execute({ channel: 'alerts', chat_id: 'c', content: big }, ctx))))
+    expect(sends.filter((code) => code === 'Overloaded').length).toBeGreaterThan(0)
+  })
+
+  it('takes a redirect from a webhook as a refusal: logged, never followed nor retried', async () => {
+    const target = await startHttpServer((_request, response) => { response.writeHead(204).end() })
+    const sink = await startHttpServer((_request, response) => { response.writeHead(307, { location: `${target.base}/elsewhere` }).end() })
+    const lines: Array<Record<string, unknown>> = []
+    const log = pino({ level: 'debug' }, { write: (line: string) => { lines.push(JSON.parse(line)) } })
+    const { tool, close } = createMessageTool({ ops: { webhook: `${sink.base}/hook` } }, log)
+    onCleanup(() => close())
+    await tool.execute({ channel: 'ops', chat_id: 'c', content: 'moved?' }, await toolContext())
+    await eventually(() => lines.some((line) => line['msg'] === 'webhook refused a message'))
+    expect(lines.find((line) => line['msg'] === 'webhook refused a message')).toMatchObject({ channel: 'ops', status: 307 })
+    expect([sink.requests.length, target.requests.length]).toEqual([1, 0])
   })
 
   it('refuses an unknown channel as InvalidArgs naming the configured ones', async () => {
