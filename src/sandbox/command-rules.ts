@@ -25,11 +25,11 @@ export function deniedPattern (command: string, denylist: readonly string[]): st
 const MAX_ARGUMENT_BYTES = 128 * 1024 - 4096
 
 /** Refuses what no process can take as an argument: a NUL byte ends a C string, and one argument has a size limit. */
-export function checkArgv (values: readonly string[], what: string): void {
+export function checkArgv (values: readonly string[], what: string, remedy = 'write a long script to a file and run that'): void {
   if (values.some((value) => value.includes('\0'))) throw new ToolError('InvalidArgs', `${what} must not contain NUL bytes`)
   const longest = Math.max(0, ...values.map((value) => Buffer.byteLength(value)))
   if (longest >= MAX_ARGUMENT_BYTES) {
-    throw new ToolError('InvalidArgs', `${what}: one argument is ${longest} bytes, and at most ${MAX_ARGUMENT_BYTES - 1} may be; write a long script to a file and run that`)
+    throw new ToolError('InvalidArgs', `${what}: one argument is ${longest} bytes, and at most ${MAX_ARGUMENT_BYTES - 1} may be; ${remedy}`)
   }
 }
 

@@ -7,12 +7,17 @@ import os from 'node:os'
 import path from 'node:path'
 import { type AnyTool, HINTS, hintsOf, type JsonSchema, type ToolAnnotations } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
+import { checkArgv } from '../sandbox/command-rules.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { clipText } from '../execution/truncate.ts'
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../execution/json-text.ts'
 
-/** stdout kept for parsing; a result larger than this is returned cut, as a string. */
-export const EXECUTABLE_STDOUT_BYTES = 16 * 1024 * 1024
+/**
+ * stdout kept, in results' limits: an output longer than this many times
+ * the call's result limit is returned cut, as a string, never parsed (a
+ * few MiB of `[],[],…` parse into a GiB of arrays).
+ */
+export const STDOUT_RESULT_LIMITS = 4
 export const STDERR_IN_ERROR_BYTES = 4096
 
 export interface Description {
@@ -71,14 +76,17 @@ export function executableTool (file: string, description: Description, options:
     source: 'executable',
     annotations: description.annotations,
     async execute (args, ctx) {
+      const argument = JSON.stringify(args)
+      // Too long for one argument, it could not even start: the caller's to shorten, not a failed run.
+      checkArgv([argument], 'arguments', 'pass long content through a file in the workspace')
       const run = await options.runner.run({
         command: file,
-        args: [JSON.stringify(args)],
+        args: [argument],
         cwd: ctx.workspaceDir,
         env: options.stub ? { SHELLCLAW_STUB: '1' } : {},
         timeoutMs: options.timeoutSeconds * 1000,
         signal: ctx.signal,
-        maxOutputBytes: EXECUTABLE_STDOUT_BYTES,
+        maxOutputBytes: STDOUT_RESULT_LIMITS * ctx.maxResultBytes,
         readOnlyPaths: [path.dirname(file)],
       })
       if (run.timedOut) throw new ToolError('Timeout', `${description.name} timed out after ${options.timeoutSeconds}s`)

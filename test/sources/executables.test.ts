@@ -116,6 +116,25 @@ describe('executable tool calls', () => {
     expect(deep.body.result).toMatch(/^\[{5000}1\]{5000}$/)
   })
 
+  it('keeps of stdout four times the result limit: a longer output is its text, cut, never parsed; arguments too long to pass are 400', async () => {
+    const dir = await toolsDir()
+    // 1 MiB of `[],[],…`: parsed whole, a few MiB of this became a GiB of arrays in the service.
+    await placeTool(dir, 'bomb', shTool(describeJson('json_bomb'), 'printf "["; head -c 1048576 /dev/zero | sed "s/./[],/g" | tr -d "\\n"; printf "0]"'))
+    await placeTool(dir, 'fits', shTool(describeJson('json_fits'), 'printf "["; i=0; while [ $i -lt 1000 ]; do printf "[],"; i=$((i+1)); done; printf "0]"'))
+    await placeTool(dir, 'echo', shTool(describeJson('echo_arg', 'x', { pad: { type: 'string' } }), 'printf "{}"'))
+    const app = await appWith(dir)
+    const bomb = await exec(app, 'json_bomb', {}, { max_result_bytes: 4096 })
+    expect(bomb.status).toBe(200)
+    expect(bomb.body).toMatchObject({ truncated: true })
+    expect(typeof bomb.body.result).toBe('string')
+    expect(bomb.body.result).toMatch(/^\[\[\],\[\],/)
+    // Within the limit's fourfold, JSON is still JSON (cut as an array is).
+    const fits = await exec(app, 'json_fits', {}, { max_result_bytes: 4096 })
+    expect(Array.isArray(fits.body.result)).toBe(true)
+    const long = expectProblem(await exec(app, 'echo_arg', { pad: 'a'.repeat(140_000) }), 400, 'InvalidArgs', 'echo_arg')
+    expect(long['detail']).toMatch(/^arguments: one argument is 140\d{3} bytes, .*pass long content through a file in the workspace$/)
+  })
+
   it('answers a non-zero exit with 500 ExecutionFailed carrying stderr, capped', async () => {
     const dir = await toolsDir()
     await placeTool(dir, 'fails', shTool(describeJson('fails'), 'echo "partial output"\necho "the widget is jammed" >&2\nexit 3'))
