@@ -18,7 +18,8 @@
  *   terminal. pino itself is bundled: the service never uses its transports
  *   (a worker thread started from a file in pino's and thread-stream's
  *   folders, which the bundle does not have beside it);
- * - @fastify/swagger-ui: serves the Swagger UI's static files from its folder.
+ * - @fastify/swagger-ui: serves the Swagger UI's static files from its folder;
+ * - re2-wasm: loads its WebAssembly module from its folder.
  * And OpenTelemetry, which loads only when tracing is on: its packages share
  * one global registry through @opentelemetry/api, so they stay the single
  * copy that node_modules holds (and a test can see that they never load
@@ -27,7 +28,7 @@
 import path from 'node:path'
 import { defineConfig, type OutputOptions, type RolldownOptions } from 'rolldown'
 
-const EXTERNAL = [/^pino-pretty(\/|$)/, /^@fastify\/swagger-ui(\/|$)/, /^@opentelemetry\//]
+const EXTERNAL = [/^pino-pretty(\/|$)/, /^@fastify\/swagger-ui(\/|$)/, /^re2-wasm(\/|$)/, /^@opentelemetry\//]
 
 /** Rolldown's options for bundling `entry` (a path from the repository root) into `dir`. */
 export function bundleOf (entry: string, dir: string): RolldownOptions & { output: OutputOptions } {

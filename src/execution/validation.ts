@@ -5,11 +5,14 @@
  * as its own server will validate.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv'
+import { createRequire } from 'node:module'
 import * as ajvFormats from 'ajv-formats'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
 import { JsonTextError, parseJsonText } from './json-text.ts'
 import type { AnyTool } from './tool.ts'
+
+const require = createRequire(import.meta.url)
 
 // ajv-formats is CommonJS; under ESM its plugin function is the default export.
 const addFormats = ajvFormats.default as unknown as (ajv: Ajv) => Ajv
@@ -19,11 +22,34 @@ let ajv: Ajv | undefined
 
 function argumentsAjv (): Ajv {
   if (ajv === undefined) {
-    ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false, useDefaults: false, validateSchema: false })
+    ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false, useDefaults: false, validateSchema: false, code: { regExp: linearRegExp } })
     addFormats(ajv)
   }
   return ajv
 }
+
+/**
+ * A schema's `pattern` as a regular expression whose matching takes time
+ * linear in the text: a tool's schema (an MCP server's, an executable's) may
+ * hold one such as `^(a+)+$`, which JavaScript's backtracking engine would
+ * take hours over a short argument, holding the event loop. RE2 (as
+ * WebAssembly) matches in linear time; a pattern it cannot take (a
+ * lookahead, a backreference) runs as JavaScript's only when it has no
+ * nested repetition, and otherwise the schema does not compile, which
+ * leaves the tool's arguments to its own server (logged, as any schema ajv
+ * refuses).
+ */
+const linearRegExp = Object.assign((pattern: string, flags: string): { test: (text: string) => boolean } => {
+  // Loaded by the first pattern (RE2's WebAssembly is most of a megabyte), from its own folder (it is not bundled).
+  const { RE2 } = require('re2-wasm') as typeof import('re2-wasm')
+  try {
+    return new RE2(pattern, flags.includes('u') ? flags : `${flags}u`)
+  } catch (error) {
+    const isSafeRegExp = require('safe-regex2') as typeof import('safe-regex2').default
+    if (isSafeRegExp(pattern)) return new RegExp(pattern, flags)
+    throw new Error(`the pattern ${JSON.stringify(pattern)} cannot be matched in linear time (${(error as Error).message})`)
+  }
+}, { code: 'linearRegExp' })
 
 const validators = new WeakMap<AnyTool, ValidateFunction | null>()
 

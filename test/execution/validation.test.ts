@@ -74,3 +74,22 @@ describe('validateArguments', () => {
     expect(codeOf(() => validateArguments(tool, { a: 1 }, log))).toBe('ok')
   })
 })
+
+describe('patterns in a tool\'s schema', () => {
+  it('match in linear time: a pattern a backtracking engine takes hours over refuses a short argument at once', () => {
+    const tool = toolWith({ type: 'object', properties: { email: { type: 'string', pattern: '^(a+)+$' } } })
+    expect(codeOf(() => validateArguments(tool, { email: `${'a'.repeat(64)}!` }, log))).toBe('InvalidArgs')
+    expect(codeOf(() => validateArguments(tool, { email: 'a'.repeat(64) }, log))).toBe('ok')
+  })
+
+  it('keep a lookahead (which RE2 lacks) when the pattern has no nested repetition; leave a schema unchecked whose pattern has both', () => {
+    const digit = toolWith({ type: 'object', properties: { code: { type: 'string', pattern: '^(?=.*\\d)[a-z0-9]+$' } } })
+    expect(codeOf(() => validateArguments(digit, { code: 'abc' }, log))).toBe('InvalidArgs')
+    expect(codeOf(() => validateArguments(digit, { code: 'a1' }, log))).toBe('ok')
+    const lines: Array<Record<string, unknown>> = []
+    const warned = pino({ level: 'warn' }, { write: (line: string) => { lines.push(JSON.parse(line)) } })
+    const risky = toolWith({ type: 'object', properties: { code: { type: 'string', pattern: '^(?=(a+)+$)' } } })
+    expect(codeOf(() => validateArguments(risky, { code: `${'a'.repeat(64)}!` }, warned))).toBe('ok')
+    expect(lines.map((line) => line['msg'])).toEqual(['tool schema does not compile; its arguments are not validated here'])
+  })
+})
