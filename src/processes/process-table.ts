@@ -93,7 +93,7 @@ export class ProcessTable {
       if (this.#running(dir) >= config.max_per_workspace) {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
-      const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id)
+      const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id, { lasting: true })
       try {
         let started: ManagedProcess | undefined
         const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes))

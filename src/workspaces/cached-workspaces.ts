@@ -22,6 +22,8 @@ const keyOf = (tenant: string, id: string): string => `${tenant}\u0000${id}`
 
 export class CachedWorkspaces {
   readonly #entries = new Map<string, CachedWorkspace>()
+  /** The creations under way here, in the order they began (creation.ts counts them against the quota). */
+  readonly creating: CachedWorkspace[] = []
 
   get (tenant: string, id: string): CachedWorkspace | undefined {
     return this.#entries.get(keyOf(tenant, id))

@@ -27,7 +27,6 @@ export interface WorkspaceCreation {
  * another instance claimed the id first (the entry is then forgotten).
  */
 export function materialise (cache: CachedWorkspaces, layout: WorkspaceLayout, { tenant, id, ttlSeconds, limit }: WorkspaceCreation): CachedWorkspace {
-  if (cache.countOf(tenant) >= limit) throw quotaError(limit)
   const now = Date.now()
   const entry: CachedWorkspace = {
     tenant,
@@ -43,15 +42,20 @@ export function materialise (cache: CachedWorkspaces, layout: WorkspaceLayout, {
     made: false,
   }
   cache.add(entry)
+  const { creating } = cache
+  creating.push(entry)
   entry.ready = (async () => {
-    // Other instances' workspaces count too: the disk knows them.
-    if (await layout.count(tenant) >= limit) throw quotaError(limit)
+    // The disk counts every instance's workspaces (the cache may still hold ones another instance
+    // removed); the creations begun here before this one and still under way count too.
+    const onDisk = await layout.count(tenant)
+    const before = creating.slice(0, creating.indexOf(entry)).filter((other) => other.tenant === tenant).length
+    if (onDisk + before >= limit) throw quotaError(limit)
     // A directory made here is empty: its usage is known without a scan.
     if (await mkdir(entry.dir, { recursive: true }) !== undefined) startUsage(entry.dir)
     if (!await layout.claim(metaOf(entry))) throw new ClaimedElsewhere()
     entry.made = true
   })()
-  entry.ready.catch(() => cache.forget(entry))
+  entry.ready.catch(() => cache.forget(entry)).finally(() => { creating.splice(creating.indexOf(entry), 1) })
   return entry
 }
 

@@ -20,6 +20,8 @@ export interface WorkspaceExpiryOptions {
   removedElsewhere: (entry: CachedWorkspace) => Promise<void>
   /** Runs a task as a removal of the workspace at `dir` (WorkspaceStore.withoutRemoval): a process start waits, or is waited for. */
   asRemoval: (dir: string, task: () => Promise<void>) => Promise<void>
+  /** How far ahead the expiry of a workspace a process holds reaches at least, whatever its TTL: past every instance's next sweep. */
+  holdMs: number
 }
 
 export class WorkspaceExpiry {
@@ -29,10 +31,14 @@ export class WorkspaceExpiry {
     this.#options = options
   }
 
-  /** Holds `entry` for a call until the lease is released; renews its TTL at both ends. */
-  lease (entry: CachedWorkspace): WorkspaceLease {
+  /**
+   * Holds `entry` for a call until the lease is released; renews its TTL at
+   * both ends. A `lasting` hold (a process) reaches past every instance's
+   * next sweep from the start, whatever the TTL.
+   */
+  lease (entry: CachedWorkspace, lasting = false): WorkspaceLease {
     entry.users++
-    this.renew(entry)
+    this.renew(entry, lasting ? this.#options.holdMs : 0)
     let released = false
     return {
       id: entry.id,
@@ -46,10 +52,15 @@ export class WorkspaceExpiry {
     }
   }
 
-  /** Moves the expiry a TTL from now, and saves it when it has moved far enough. */
-  renew (entry: CachedWorkspace): void {
+  /**
+   * Moves the expiry a TTL from now (or `atLeastMs`, when longer: a workspace
+   * a process holds must not be found expired by another instance's sweep
+   * because its TTL is shorter than the sweep interval), and saves it when it
+   * has moved far enough.
+   */
+  renew (entry: CachedWorkspace, atLeastMs = 0): void {
     const { cache, layout, log } = this.#options
-    entry.expiresAt = Math.max(entry.expiresAt, Date.now() + entry.ttlSeconds * 1000)
+    entry.expiresAt = Math.max(entry.expiresAt, Date.now() + Math.max(entry.ttlSeconds * 1000, atLeastMs))
     // Persist at most once per tenth of the TTL: a busy workspace should not cost a write per call.
     // A workspace deleted meanwhile (here or elsewhere) is not brought back.
     if (entry.expiresAt - entry.savedExpiresAt <= entry.ttlSeconds * 100) return
@@ -116,7 +127,7 @@ export class WorkspaceExpiry {
     const meta = await layout().read(entry.tenant, entry.id)
     const gone = meta === null ? !await layout().hasMeta(entry.tenant, entry.id) : meta.createdAt !== entry.createdAt
     if (!gone) {
-      this.renew(entry)
+      this.renew(entry, this.#options.holdMs)
       return
     }
     cache.forget(entry)

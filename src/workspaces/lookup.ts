@@ -97,7 +97,10 @@ export class WorkspaceLookup {
   /** The entry of a workspace whose metadata (and directory) exist; NotFound when it has expired. */
   async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<CachedWorkspace> {
     const { cache, layout, remove } = this.#options
-    const entry = cache.get(tenant, id) ?? cache.adopt(meta, layout())
+    // A cached entry of an older workspace of that id (removed and made again elsewhere) is replaced:
+    // its renewal would write the old one's creation and TTL over the new one's.
+    const cached = cache.get(tenant, id)
+    const entry = cached !== undefined && cached.createdAt === meta.createdAt ? cached : cache.adopt(meta, layout())
     entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
     entry.checkedAt = Date.now()
     if (entry.expiresAt <= Date.now() && entry.users === 0) {

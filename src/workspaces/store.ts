@@ -101,6 +101,8 @@ export class WorkspaceStore {
         forgetUsage(entry.dir)
       },
       asRemoval: (dir, task) => this.withoutRemoval(dir, task),
+      // Past the next sweep of every instance, with room to spare: theirs must not find a held workspace expired.
+      holdMs: 2 * options.sweepIntervalSeconds * 1000,
     })
   }
 
@@ -159,7 +161,11 @@ export class WorkspaceStore {
     const id = request.id ?? randomUUID()
     validateWorkspaceId(id)
     const conflict = () => new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
-    if (this.#cache.has(tenant, id)) throw conflict()
+    // Known here: the disk says whether it still exists (another instance may have removed it, or it expired).
+    if (this.#cache.has(tenant, id) && await this.#lookup.find(tenant, id).then(() => true, (error: unknown) => {
+      if (error instanceof ToolError && error.code === 'NotFound') return false
+      throw error
+    })) throw conflict()
     const entry = this.#lookup.materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
     try {
       await entry.ready
@@ -226,10 +232,10 @@ export class WorkspaceStore {
     return this.#layout.workspaceDir(tenant, id)
   }
 
-  /** Holds a persistent workspace for a call, creating it on first use; renews its TTL. */
-  async acquire (tenant: string, id: string): Promise<WorkspaceLease> {
+  /** Holds a persistent workspace for a call (or, `lasting`, a process), creating it on first use; renews its TTL. */
+  async acquire (tenant: string, id: string, options: { lasting?: boolean } = {}): Promise<WorkspaceLease> {
     const entry = await this.#lookup.findOrCreate(tenant, id)
-    const lease = this.#expiry.lease(entry)
+    const lease = this.#expiry.lease(entry, options.lasting === true)
     usageOf(entry.dir).refreshIfOld()
     return lease
   }

@@ -70,6 +70,39 @@ describe('instances sharing a workspace root', () => {
     expect(await codeOf(b.delete('acme', 'gone'))).toBe('NotFound')
   })
 
+  it('take an id another instance removed and made again for the new workspace: its record, its TTL, never the old one\'s written back', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'again' })
+    await b.delete('t', 'again')
+    const made = await b.create('t', { id: 'again', ttlSeconds: 7200 })
+    const seen = await a.find('t', 'again')
+    expect([seen.createdAt, seen.ttlSeconds]).toEqual([made.createdAt, 7200])
+    const lease = await a.acquire('t', 'again')
+    await lease.release()
+    expect(await b.find('t', 'again')).toMatchObject({ createdAt: made.createdAt, ttlSeconds: 7200 })
+  })
+
+  it('make an id another instance removed, or that expired, instead of answering Conflict', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'freed' })
+    await b.delete('t', 'freed')
+    expect(await codeOf(a.create('t', { id: 'freed' }))).toBe('ok')
+    expect(await codeOf(a.create('t', { id: 'freed' }))).toBe('Conflict')
+    await a.create('t', { id: 'brief', ttlSeconds: 1 })
+    await new Promise((resolve) => setTimeout(resolve, 1100))
+    expect(await codeOf(a.create('t', { id: 'brief' }))).toBe('ok')
+  })
+
+  it('count against the quota what the disk holds, not workspaces another instance removed', async () => {
+    const [a, b] = await instances(2, { maxWorkspaces: 2 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'x' })
+    await a.create('t', { id: 'y' })
+    expect(await codeOf(a.create('t', { id: 'z' }))).toBe('PermissionDenied')
+    await b.delete('t', 'x')
+    await b.delete('t', 'y')
+    expect(await codeOf(a.create('t', { id: 'z' }))).toBe('ok')
+  })
+
   it('count every instance\'s workspaces against the tenant\'s quota', async () => {
     const [a, b] = await instances(2, { maxWorkspaces: 2 }) as [WorkspaceStore, WorkspaceStore]
     await a.create('acme', { id: 'one' })

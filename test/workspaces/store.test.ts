@@ -134,8 +134,21 @@ describe('WorkspaceStore', () => {
     expect(existsSync(idle.dir)).toBe(false)
     expect(existsSync(lease.dir)).toBe(true)
     await lease.release()
-    expect(await s.sweep(Date.now() + 5000)).toBe(1)
+    // Held through a sweep, its expiry reached past two sweep intervals (3600 s here), whatever its TTL:
+    // another instance's sweep must not find it expired while it is held.
+    expect(await s.sweep(Date.now() + 5000)).toBe(0)
+    expect(await s.sweep(Date.now() + 2 * 3600_000 + 5000)).toBe(1)
     expect(existsSync(lease.dir)).toBe(false)
+  })
+
+  it('keeps a workspace a process holds past every instance\'s next sweep, however short its TTL', async () => {
+    const s = await store(1)
+    const processHold = await s.acquire('t', 'held', { lasting: true })
+    // Saved for the other instances: two sweep intervals ahead, not one second.
+    const savedExpiry = async (): Promise<number> => (JSON.parse(await readFile(path.join(s.root, 'tenants', 't', 'meta', `${directoryNameOf('held')}.json`), 'utf8')) as { expiresAt: number }).expiresAt
+    for (let i = 0; i < 50 && await savedExpiry() < Date.now() + 60_000; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(await savedExpiry()).toBeGreaterThan(Date.now() + 2 * 3600_000 - 60_000)
+    await processHold.release()
   })
 
   it('remembers persistent workspaces across restarts', async () => {
