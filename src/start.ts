@@ -40,7 +40,8 @@ async function readConfig (): Promise<{ config: Config, file: string | undefined
   if (config.auth.tokens_file !== undefined) allTokens(config.auth, await readTokensFile(config.auth.tokens_file))
   if (process.env['HOST']) config.server.host = process.env['HOST']
   if (process.env['PORT']) {
-    const port = Number(process.env['PORT'])
+    // Decimal digits only: Number() would take `0x50` for 80 and `1e3` for 1000.
+    const port = /^\d{1,5}$/.test(process.env['PORT']) ? Number(process.env['PORT']) : Number.NaN
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`PORT: must be a port number, got ${JSON.stringify(process.env['PORT'])}`)
     config.server.port = port
   }
@@ -126,7 +127,11 @@ async function main (): Promise<void> {
     })
     log.info('stopped')
   })
-  await app.listen({ host: config.server.host, port: config.server.port })
+  // An address that cannot be listened on (in use, not this machine's, a privileged port) is the config's to fix: one line.
+  await app.listen({ host: config.server.host, port: config.server.port }).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === undefined || !['EADDRINUSE', 'EADDRNOTAVAIL', 'EACCES'].includes(error.code)) throw error
+    fail(`cannot listen on ${config.server.host} port ${config.server.port}: ${error.code}`)
+  })
   // The start-up lines go out now, not with the first periodic flush.
   log.flush()
 }

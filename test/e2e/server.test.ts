@@ -111,6 +111,21 @@ describe('the built server', () => {
     expect(said).toEqual([`toolport: cannot prepare ${path.join(file, 'ws')} (workspaces.root or workspaces.ephemeral_root): ENOTDIR`])
   })
 
+  it('exits 1 with one line when it cannot listen (the port taken), and refuses a PORT that is not decimal', async () => {
+    const first = await startServer({ sandbox: { mode: 'none' } })
+    await waitReady(first)
+    const port = new URL(first.base).port
+    const second = await startServer({ sandbox: { mode: 'none' } }, { PORT: port })
+    expect((await second.exited).code).toBe(1)
+    expect(second.output().split('\n').filter((line) => line.startsWith('toolport:'))).toEqual([`toolport: cannot listen on 127.0.0.1 port ${port}: EADDRINUSE`])
+    expect(second.output()).not.toMatch(/\n\s+at /)
+    for (const spelled of ['0x50', '1e3', '80.0']) {
+      const odd = await startServer({ sandbox: { mode: 'none' } }, { PORT: spelled })
+      expect((await odd.exited).code).toBe(1)
+      expect(odd.output()).toBe(`toolport: PORT: must be a port number, got ${JSON.stringify(spelled)}\n`)
+    }
+  })
+
   it('refuses a non-loopback address without tokens unless auth is disabled', async () => {
     const refused = await startServer({}, { HOST: '0.0.0.0' })
     expect((await refused.exited).code).toBe(1)
