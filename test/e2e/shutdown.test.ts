@@ -5,7 +5,10 @@
  */
 import { existsSync, readFileSync } from 'node:fs'
 import { readdir } from 'node:fs/promises'
+import http from 'node:http'
 import path from 'node:path'
+import { createGzip } from 'node:zlib'
+import { Header } from 'tar'
 import { describe, expect, it } from 'vitest'
 import { startServer, waitReady } from '../support/server-process.ts'
 import { tempDir } from '../support/temp.ts'
@@ -70,6 +73,39 @@ describe('graceful shutdown of the built server', () => {
     expect(await long).toMatchObject({ status: 503, retryAfter: expect.stringMatching(/^\d+$/), body: { code: 'Overloaded', tool: 'exec_shell' } })
     expect(await until(() => !pids.some(running), 5000)).toBe(true)
     expect(await readdir(path.join(root, 'ephemeral'))).toEqual([])
+  })
+
+  it('answers an archive upload the drain cut short with 503 and Retry-After, changing nothing', async () => {
+    const scratch = await tempDir('toolport-drain-upload-')
+    const root = path.join(scratch, 'workspaces')
+    const server = await startServer({ sandbox: { mode: 'none' }, workspaces: { root }, server: { drain_timeout_ms: 300 } })
+    await waitReady(server)
+    expect((await post(server.base, '/v1/workspaces', { id: 'up' })).status).toBe(201)
+    // A body sent slowly: a gzip stream of a tar that never ends while the service stops.
+    const { port } = new URL(server.base)
+    const answer = new Promise<{ status: number, retryAfter: string | undefined }>((resolve, reject) => {
+      const request = http.request({ host: '127.0.0.1', port, method: 'PUT', path: '/v1/workspaces/up/archive', headers: { 'content-type': 'application/gzip', 'transfer-encoding': 'chunked' } }, (response) => {
+        response.resume()
+        resolve({ status: response.statusCode ?? 0, retryAfter: response.headers['retry-after'] })
+      })
+      request.on('error', reject)
+      const gzip = createGzip()
+      gzip.on('data', (chunk: Buffer) => request.write(chunk))
+      // One file of 100 MB announced, whose bytes come a few at a time.
+      const header = new Header({ path: 'big.bin', size: 100 * 1024 * 1024, type: 'File', mode: 0o644, mtime: new Date() })
+      header.encode()
+      gzip.write(header.block as Buffer)
+      gzip.write(Buffer.alloc(512 * 40, 0x61))
+      gzip.flush()
+      const drip = setInterval(() => { gzip.write(Buffer.alloc(512, 0x61)); gzip.flush() }, 50)
+      request.on('close', () => { clearInterval(drip) })
+    })
+    await sleep(300)
+    server.child.kill('SIGTERM')
+    expect(await answer).toEqual({ status: 503, retryAfter: '1' })
+    expect((await server.exited).code).toBe(0)
+    expect(await readdir(path.join(root, 'tenants', 'default', 'ws'))).toEqual(['up'])
+    expect(await readdir(path.join(root, 'tenants', 'default', 'ws', 'up'))).toEqual([])
   })
 
   it('releases the Idempotency-Key of a batch one of whose calls the drain stopped: the retry after a restart runs', async () => {

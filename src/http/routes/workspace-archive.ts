@@ -55,7 +55,8 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       if (!(body instanceof Readable)) throw new ToolError('BadRequest', 'send the .tar.gz as application/gzip')
       const maxBodyBytes = runtime.config.server.body_limit_bytes
       if (Number(request.headers['content-length']) > maxBodyBytes) throw new ToolError('PayloadTooLarge', `the body is larger than ${maxBodyBytes} bytes`)
-      const { signal } = callerOf(request, reply)
+      // The client leaving, or the drain of a shutdown running out, stops the upload.
+      const signal = AbortSignal.any([callerOf(request, reply).signal, runtime.killSignal])
       const release = await acquireAll([runtime.limiter], signal, runtime.metrics)
       try {
         const { tenant } = request.principal
@@ -81,6 +82,8 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     } catch (error) {
       // Refused before the whole body was read: close the connection after the answer rather than wait for the rest.
       if (!request.raw.complete) reply.header('connection', 'close')
+      // Stopped by the shutdown, it changed nothing (its staging is discarded): another instance can take it.
+      if (runtime.killSignal.aborted) throw new ToolError('Overloaded', 'the service is shutting down and stopped this upload before it finished; send it again', { retryAfterSeconds: 1 })
       throw error
     }
   })
