@@ -1,7 +1,8 @@
 /**
- * The rules every shell command a tool or a process runs goes through before
- * it starts (exec_shell, omega's bash, spawn, long-running processes): the
- * argv check, the denylist and the timeout. The denylist is a speed bump
+ * The rules a command goes through before it starts: the argv check (every
+ * command, executables' arguments included), the denylist (clawft's, for
+ * exec_shell and long-running processes; not omega's bash, nor spawn, which
+ * runs no shell) and the timeout. The denylist is a speed bump
  * against accidents, not a boundary; the sandbox is the boundary.
  */
 import { ToolError } from '../errors.ts'
