@@ -9,6 +9,7 @@
 import { once } from 'node:events'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ManagedProcess, ProcessInfo } from '../../processes/managed-process.ts'
+import { callerOf } from '../caller.ts'
 
 const KEEPALIVE_MS = 15_000
 /** What ends each event and comment of a stream (this service writes no other line ends). */
@@ -63,26 +64,22 @@ export async function relayEvents (request: FastifyRequest, reply: FastifyReply,
 /**
  * Answers with an event stream: its status and headers go now, not with the
  * first event (a quiet process may not write for a while). `gone` is aborted
- * when the client leaves; `send` waits while the client is behind.
+ * when the client leaves or its token is revoked; `send` waits while the
+ * client is behind.
  */
 function openStream (request: FastifyRequest, reply: FastifyReply): { raw: FastifyReply['raw'], gone: AbortSignal, send: (data: string | Buffer) => Promise<void> } {
   reply.hijack()
   const raw = reply.raw
   raw.writeHead(200, eventStreamHeaders(request))
   raw.flushHeaders()
-  const gone = new AbortController()
-  raw.once('close', () => gone.abort())
-  // A stream of a token revoked meanwhile ends: it could otherwise follow a process for hours.
-  const revoked = request.principal.revoked
-  if (revoked) {
-    const end = (): void => { gone.abort(); raw.end() }
-    if (revoked.aborted) end()
-    else revoked.addEventListener('abort', end, { once: true, signal: gone.signal })
-  }
+  // The caller's signal: the client left, or its token was revoked meanwhile (a stream could follow a process for hours).
+  const gone = callerOf(request, reply).signal
+  if (gone.aborted) raw.end()
+  else gone.addEventListener('abort', () => { raw.end() }, { once: true })
   const send = async (data: string | Buffer): Promise<void> => {
-    if (!raw.write(data)) await once(raw, 'drain', { signal: gone.signal }).catch(() => {})
+    if (!raw.write(data)) await once(raw, 'drain', { signal: gone }).catch(() => {})
   }
-  return { raw, gone: gone.signal, send }
+  return { raw, gone, send }
 }
 
 function eventStreamHeaders (request: FastifyRequest): Record<string, string> {

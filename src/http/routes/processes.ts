@@ -12,7 +12,7 @@ import { KILL_GRACE_MS, KILL_SIGNALS, type ManagedProcess, type ProcessInfo } fr
 import { type Asker, lostInfo } from '../../processes/process-locator.ts'
 import type { Runtime } from '../../runtime.ts'
 import { validateWorkspaceId } from '../../workspaces/ids.ts'
-import { isForwarded } from '../caller.ts'
+import { callerOf, isForwarded } from '../caller.ts'
 import { installJsonBody } from '../plugins/json-body.ts'
 import { problems } from '../schemas.ts'
 import { endStream, eventsCursor, streamOutput, wantsEvents } from './process-events.ts'
@@ -153,11 +153,9 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     return await onProcess(request, reply, 'process_output', { action: '/output', query, waitMs }, async (found) => {
       if (wantsEvents(request)) return await streamOutput(request, reply, found, from, maxBytes)
       if (after >= found.output.end) {
-        const left = new AbortController()
-        reply.raw.once('close', () => left.abort())
-        const { revoked } = request.principal
-        await found.waitForChange(waitMs, revoked ? AbortSignal.any([left.signal, revoked]) : left.signal)
-        if (revoked?.aborted === true) throw new ToolError('Unauthorized', 'the token was revoked while the request waited')
+        // Until the client leaves, or its token is revoked (then 401).
+        await found.waitForChange(waitMs, callerOf(request, reply).signal)
+        if (request.principal.revoked?.aborted === true) throw new ToolError('Unauthorized', 'the token was revoked while the request waited')
       }
       const read = found.output.read(after, maxBytes)
       return { process: found.info(), chunks: read.chunks, next: read.next, dropped_bytes: read.dropped }
