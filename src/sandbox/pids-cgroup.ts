@@ -83,6 +83,15 @@ function removeKept (): void {
   for (const dirs of free.values()) for (const dir of dirs) try { rmdirSync(dir) } catch {}
 }
 
+/** Sends SIGKILL to every process in the cgroup at `dir`; answers how many there were. */
+function killEveryProcessIn (dir: string): number {
+  const pids = pidsIn(dir)
+  for (const pid of pids) {
+    try { process.kill(pid, 'SIGKILL') } catch {}
+  }
+  return pids.length
+}
+
 function alive (pid: number): boolean {
   try {
     process.kill(pid, 0)
@@ -102,9 +111,7 @@ function removeStale (base: string): void {
   for (const name of readdirSync(base)) {
     const owner = /^toolport-(\d+)-\d+$/.exec(name)?.[1]
     if (owner === undefined || Number(owner) === process.pid || alive(Number(owner))) continue
-    for (const pid of pidsIn(path.join(base, name))) {
-      try { process.kill(pid, 'SIGKILL') } catch {}
-    }
+    killEveryProcessIn(path.join(base, name))
     try { rmdirSync(path.join(base, name)) } catch {}
   }
 }
@@ -140,13 +147,7 @@ export class PidsCgroups {
   /** An empty cgroup that admits at most `maxProcesses` processes: a kept one, or a fresh one. */
   create (maxProcesses: number): RunCgroup {
     const dir = free.get(this.#key(maxProcesses))?.pop() ?? this.#make(maxProcesses)
-    const killAll = (): number => {
-      const pids = pidsIn(dir)
-      for (const pid of pids) {
-        try { process.kill(pid, 'SIGKILL') } catch {}
-      }
-      return pids.length
-    }
+    const killAll = (): number => killEveryProcessIn(dir)
     const release = async (): Promise<void> => {
       // Killed processes leave the cgroup once reaped, usually within a millisecond or two:
       // look again soon, then less often, for about a second in all.
