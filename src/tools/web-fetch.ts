@@ -10,6 +10,7 @@ import type { Config } from '../config.ts'
 import type { ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
+import { readDecoded, textOf } from './http-body.ts'
 import { type AddressPolicy, refusalOf, type Resolver, systemResolver, type VettedAddress, vetHost } from './ssrf.ts'
 
 export const MAX_REDIRECTS = 5
@@ -27,20 +28,33 @@ export interface WebFetchOptions {
    * server pass, to stand for a public host); the SSRF policy by default.
    */
   policy?: AddressPolicy
+  /** How long a whole fetch may take (tests shorten it). */
+  timeoutMs?: number
 }
 
 /** An IPv6 literal with a zone id (`[fe80::1%25eth0]`): WHATWG URLs reject it, and it can only name a link-local address. */
 const ZONED_IPV6 = /^https?:\/\/(?:[^/?#@]*@)?\[[^\]]*%/i
 
-function parseUrl (raw: string, guarded: boolean, base?: URL): URL {
+/**
+ * The URL of `raw`, http(s) only. A bad URL in the caller's arguments is
+ * InvalidArgs; one a site redirects to is that site's answer failing
+ * (ExecutionFailed), as the caller's URL was fine.
+ */
+function parseUrl (raw: string, guarded: boolean, redirectedFrom?: URL): URL {
+  const fault = redirectedFrom ? 'ExecutionFailed' : 'InvalidArgs'
   let url: URL
   try {
-    url = new URL(raw, base)
+    url = new URL(raw, redirectedFrom)
   } catch {
     if (guarded && ZONED_IPV6.test(raw)) throw new ToolError('PermissionDenied', 'blocked address: an IPv6 address with a zone id is link-local (private networks are not allowed)')
-    throw new ToolError('InvalidArgs', `not a valid URL: ${JSON.stringify(raw.slice(0, 200))}`)
+    const shown = JSON.stringify(raw.slice(0, 200))
+    throw new ToolError(fault, redirectedFrom ? `the site redirected to an invalid URL: ${shown}` : `not a valid URL: ${shown}`)
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ToolError('InvalidArgs', `only http:// and https:// URLs are allowed, not ${url.protocol}`)
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ToolError(fault, redirectedFrom
+      ? `the site redirected to ${url.protocol}, which is not followed (only http:// and https://)`
+      : `only http:// and https:// URLs are allowed, not ${url.protocol}`)
+  }
   return url
 }
 
@@ -63,26 +77,15 @@ function without (headers: Record<string, string>, dropped: ReadonlySet<string>)
   return Object.fromEntries(Object.entries(headers).filter(([name]) => !dropped.has(name.toLowerCase())))
 }
 
-async function readCapped (body: AsyncIterable<Buffer> & { destroy: () => void }, maxBytes: number): Promise<{ data: Buffer, complete: boolean, read: number }> {
-  const chunks: Buffer[] = []
-  let read = 0
-  for await (const chunk of body) {
-    const room = maxBytes - read
-    chunks.push(chunk.length <= room ? chunk : chunk.subarray(0, room))
-    read += Math.min(chunk.length, room)
-    if (chunk.length > room) {
-      body.destroy()
-      return { data: Buffer.concat(chunks), complete: false, read }
-    }
-  }
-  return { data: Buffer.concat(chunks), complete: true, read }
-}
+/** undici's refusals of a request it will not send: the caller's method or headers. */
+const UNSENDABLE = new Set(['UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED'])
 
-function failureOf (error: unknown, ctx: ToolContext, timeout: AbortSignal): ToolError {
+function failureOf (error: unknown, ctx: ToolContext, timeout: AbortSignal, timeoutMs: number): ToolError {
   if (error instanceof ToolError) return error
-  if (timeout.aborted) return new ToolError('Timeout', `no complete answer within ${FETCH_TIMEOUT_MS / 1000}s`)
+  if (timeout.aborted) return new ToolError('Timeout', `no complete answer within ${timeoutMs / 1000}s`)
   if (ctx.signal.aborted) return new ToolError('ExecutionFailed', 'cancelled')
   const code = (error as { code?: string }).code
+  if (code !== undefined && UNSENDABLE.has(code)) return new ToolError('InvalidArgs', `the request cannot be sent: ${(error as Error).message}`)
   return new ToolError('ExecutionFailed', `connection failed: ${code ?? (error as Error).message}`)
 }
 
@@ -90,6 +93,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
   const resolve = options.resolve ?? systemResolver
   const policy = options.policy ?? refusalOf
   const guarded = !config.allow_private_networks
+  const timeoutMs = options.timeoutMs ?? FETCH_TIMEOUT_MS
   return defineBuiltin({
     name: 'web_fetch',
     description: 'Fetch a URL (http:// or https://) and answer its status, content type and body as text. Private networks and cloud metadata endpoints are blocked.',
@@ -110,7 +114,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
     async execute (args, ctx) {
       let url = parseUrl(args.url, guarded)
       let method = (args.method ?? 'GET').toUpperCase()
-      const timeout = AbortSignal.timeout(FETCH_TIMEOUT_MS)
+      const timeout = AbortSignal.timeout(timeoutMs)
       const signal = AbortSignal.any([ctx.signal, timeout])
       let headers = without(args.headers ?? {}, DROPPED_HEADERS)
       for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
@@ -127,18 +131,21 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
             url = next
             continue
           }
-          const { data, complete, read } = await readCapped(response.body as never, config.max_bytes)
-          const declared = Number(response.headers['content-length'])
-          const body = data.toString('utf8') + (complete ? '' : `\n... (body truncated: showing first ${read} bytes)`)
+          const contentType = response.headers['content-type']
+          const encoding = response.headers['content-encoding']
+          const { data, complete } = await readDecoded(response.body, typeof encoding === 'string' ? encoding : encoding?.join(','), config.max_bytes)
+          // A declared length counts encoded bytes; it is the body's size only when nothing was encoded.
+          const declared = encoding ? NaN : Number(response.headers['content-length'])
+          const body = textOf(data, String(contentType ?? '')) + (complete ? '' : `\n... (body truncated: showing first ${data.length} bytes)`)
           return {
             status: response.statusCode,
-            content_type: String(response.headers['content-type'] ?? ''),
+            content_type: String(contentType ?? ''),
             body,
             url: url.href,
-            bytes: Number.isFinite(declared) && declared >= read ? declared : read,
+            bytes: Number.isFinite(declared) && declared >= data.length ? declared : data.length,
           }
         } catch (error) {
-          throw failureOf(error, ctx, timeout)
+          throw failureOf(error, ctx, timeout, timeoutMs)
         } finally {
           void agent?.close()
         }

@@ -8,12 +8,33 @@ import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
+import { readCapped } from './http-body.ts'
 
 export const SEARCH_TIMEOUT_MS = 15_000
+/** More than any endpoint's page of results: a longer answer is not a search result, and is not read further. */
+export const SEARCH_MAX_BYTES = 4 * 1024 * 1024
+
+export interface WebSearchOptions {
+  /** How long the endpoint may take to answer (tests shorten it). */
+  timeoutMs?: number
+}
 
 interface SearxResult { title?: unknown, url?: unknown, content?: unknown, snippet?: unknown }
 
-export function createWebSearchTool (config: Config['tools']['web_search']) {
+const text = (value: unknown): string => (typeof value === 'string' ? value : '')
+
+/** The results of a SearXNG answer: entries that are not objects are skipped, fields that are not strings are empty. */
+function resultsOf (payload: unknown, count: number): Array<{ title: string, url: string, snippet: string }> {
+  const results = (payload as { results?: unknown } | null)?.results
+  if (!Array.isArray(results)) return []
+  return results
+    .filter((item): item is SearxResult => typeof item === 'object' && item !== null && !Array.isArray(item))
+    .slice(0, count)
+    .map((item) => ({ title: text(item.title), url: text(item.url), snippet: text(item.content) || text(item.snippet) }))
+}
+
+export function createWebSearchTool (config: Config['tools']['web_search'], options: WebSearchOptions = {}) {
+  const timeoutMs = options.timeoutMs ?? SEARCH_TIMEOUT_MS
   return defineBuiltin({
     name: 'web_search',
     description: 'Search the web through the configured search endpoint; answers titles, URLs and snippets.',
@@ -44,26 +65,26 @@ export function createWebSearchTool (config: Config['tools']['web_search']) {
       const url = new URL(config.endpoint)
       url.searchParams.set('q', args.query)
       url.searchParams.set('format', 'json')
-      let payload: { results?: SearxResult[] }
+      const timeout = AbortSignal.timeout(timeoutMs)
+      let payload: unknown
       try {
         const { request } = await import('undici')
-        const response = await request(url, { method: 'GET', headers: { accept: 'application/json' }, signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(SEARCH_TIMEOUT_MS)]) })
+        const response = await request(url, { method: 'GET', headers: { accept: 'application/json' }, signal: AbortSignal.any([ctx.signal, timeout]) })
         if (response.statusCode < 200 || response.statusCode >= 300) {
           await response.body.dump()
           throw new ToolError('ExecutionFailed', `the search endpoint answered HTTP ${response.statusCode}`)
         }
-        payload = await response.body.json() as { results?: SearxResult[] }
+        const { data, complete } = await readCapped(response.body, SEARCH_MAX_BYTES)
+        if (!complete) throw new ToolError('ExecutionFailed', `the search endpoint answered more than ${SEARCH_MAX_BYTES / 1024 / 1024} MiB`)
+        payload = JSON.parse(data.toString('utf8'))
       } catch (error) {
         if (error instanceof ToolError) throw error
+        if (timeout.aborted) throw new ToolError('Timeout', `the search endpoint gave no answer within ${timeoutMs / 1000}s`)
+        if (ctx.signal.aborted) throw new ToolError('ExecutionFailed', 'cancelled')
         if (error instanceof SyntaxError) throw new ToolError('ExecutionFailed', 'the search endpoint did not answer JSON')
         throw new ToolError('ExecutionFailed', `the search endpoint failed: ${(error as { code?: string }).code ?? (error as Error).message}`)
       }
-      const results = (Array.isArray(payload?.results) ? payload.results : []).slice(0, args.num_results ?? 5).map((item) => ({
-        title: String(item.title ?? ''),
-        url: String(item.url ?? ''),
-        snippet: String(item.content ?? item.snippet ?? ''),
-      }))
-      return { query: args.query, results }
+      return { query: args.query, results: resultsOf(payload, args.num_results ?? 5) }
     },
   })
 }

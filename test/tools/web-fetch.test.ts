@@ -5,7 +5,9 @@
  * bad URLs, refused connections and redirects.
  */
 import net from 'node:net'
+import zlib from 'node:zlib'
 import { describe, expect, it } from 'vitest'
+import { createWebFetchTool } from '../../src/tools/web-fetch.ts'
 import { buildTestApp, exec } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { startHttpServer } from '../support/servers.ts'
@@ -117,13 +119,82 @@ describe('web_fetch', () => {
     expect(other.requests[0]?.headers['cookie']).toBeUndefined()
   })
 
+  it('answers a redirect to a Location that is no URL as ExecutionFailed', async () => {
+    const server = await startHttpServer((_request, response) => { response.writeHead(302, { location: 'http://[not-an-address/' }).end() })
+    const app = await buildTestApp(OPEN)
+    expect(expectProblem(await exec(app, 'web_fetch', { url: `${server.base}/a` }), 500, 'ExecutionFailed')['detail']).toMatch(/redirected to an invalid URL/)
+  })
+
+  for (const [what, args] of [
+    ['a header name with a space', { headers: { 'bad name': 'x' } }],
+    ['a header value with CR LF', { headers: { 'x-a': 'a\r\nInjected: yes' } }],
+    ['a header value with NUL', { headers: { 'x-a': 'a\u0000b' } }],
+    ['a header value beyond Latin-1', { headers: { 'x-a': '\u0100' } }],
+    ['an Expect header', { headers: { Expect: '100-continue' } }],
+    ['the CONNECT method', { method: 'CONNECT' }],
+  ] as const) {
+    it(`refuses ${what} as InvalidArgs and sends nothing`, async () => {
+      const server = await startHttpServer((_request, response) => { response.writeHead(200).end('ok') })
+      const app = await buildTestApp(OPEN)
+      expect(expectProblem(await exec(app, 'web_fetch', { url: `${server.base}/`, ...args }), 400, 'InvalidArgs', 'web_fetch')['detail']).toMatch(/cannot be sent/)
+      expect(server.requests).toEqual([])
+    })
+  }
+
+  it('decodes a gzip, deflate or brotli body, and cuts the decoded body at max_bytes', async () => {
+    const text = 'héllo wörld '.repeat(1000)
+    const encoders: Record<string, (data: Buffer) => Buffer> = { gzip: zlib.gzipSync, deflate: zlib.deflateSync, br: zlib.brotliCompressSync }
+    const server = await startHttpServer((request, response) => {
+      const encoding = request.url.slice(1)
+      const encode = encoders[encoding] ?? zlib.gzipSync
+      const body = encoding === 'bomb' ? encode(Buffer.alloc(256 * 1024 * 1024)) : encode(Buffer.from(text))
+      response.writeHead(200, { 'content-type': 'text/plain; charset=utf-8', 'content-encoding': encoding === 'bomb' ? 'gzip' : encoding, 'content-length': body.length }).end(body)
+    })
+    const app = await buildTestApp({ tools: { web_fetch: { allow_private_networks: true, max_bytes: 1_000_000 } } })
+    for (const encoding of Object.keys(encoders)) {
+      const answer = await exec(app, 'web_fetch', { url: `${server.base}/${encoding}`, headers: { 'Accept-Encoding': encoding } })
+      expect(answer.status, JSON.stringify(answer.body).slice(0, 300)).toBe(200)
+      expect(answer.body.result).toMatchObject({ body: text, bytes: Buffer.byteLength(text) })
+    }
+    const small = await buildTestApp({ tools: { web_fetch: { allow_private_networks: true, max_bytes: 1000 } } })
+    const bomb = await exec(small, 'web_fetch', { url: `${server.base}/bomb` })
+    expect(bomb.body.result.body).toBe(`${'\u0000'.repeat(1000)}\n... (body truncated: showing first 1000 bytes)`)
+  })
+
+  it('answers a body it cannot decode as ExecutionFailed', async () => {
+    const server = await startHttpServer((request, response) => {
+      response.writeHead(200, { 'content-encoding': request.url === '/corrupt' ? 'gzip' : 'x-unknown' }).end('not compressed at all')
+    })
+    const app = await buildTestApp(OPEN)
+    expect(expectProblem(await exec(app, 'web_fetch', { url: `${server.base}/corrupt` }), 500, 'ExecutionFailed')['detail']).toMatch(/gzip/)
+    expect(expectProblem(await exec(app, 'web_fetch', { url: `${server.base}/unknown` }), 500, 'ExecutionFailed')['detail']).toMatch(/x-unknown/)
+  })
+
+  it('decodes a body in the charset its content type names', async () => {
+    const server = await startHttpServer((request, response) => {
+      if (request.url === '/latin1') response.writeHead(200, { 'content-type': 'text/html; charset=ISO-8859-1' }).end(Buffer.from('café crème', 'latin1'))
+      else response.writeHead(200, { 'content-type': 'text/plain; charset=no-such-charset' }).end('plain ütf-8')
+    })
+    const app = await buildTestApp(OPEN)
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/latin1` })).body.result).toMatchObject({ body: 'café crème', bytes: 10 })
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/other` })).body.result).toMatchObject({ body: 'plain ütf-8' })
+  })
+
+  it('answers Timeout (504) when the site does not answer in time', async () => {
+    const hung = await startHttpServer(() => {})
+    const app = await buildTestApp(OPEN)
+    app.runtime.registry.setGroup('builtin', 'zz-test-web-fetch', [createWebFetchTool(app.runtime.config.tools.web_fetch, { timeoutMs: 300 })])
+    expectProblem(await exec(app, 'web_fetch', { url: `${hung.base}/` }), 504, 'Timeout', 'web_fetch')
+  })
+
   it('checks the scheme of every hop, and gives up after too many redirects', async () => {
     const server = await startHttpServer((request, response) => {
       if (request.url === '/file') response.writeHead(302, { location: 'file:///etc/passwd' }).end()
       else response.writeHead(302, { location: `/loop${request.url}` }).end()
     })
     const app = await buildTestApp(OPEN)
-    expectProblem(await exec(app, 'web_fetch', { url: `${server.base}/file` }), 400, 'InvalidArgs')
+    // The caller's arguments were fine: a redirect the tool will not follow is the site's answer failing.
+    expect(expectProblem(await exec(app, 'web_fetch', { url: `${server.base}/file` }), 500, 'ExecutionFailed')['detail']).toMatch(/redirected to file:/)
     const loop = expectProblem(await exec(app, 'web_fetch', { url: `${server.base}/x` }), 500, 'ExecutionFailed')
     expect(loop['detail']).toMatch(/redirects/)
     expect(server.requests.length).toBe(1 + 6)

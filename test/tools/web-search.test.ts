@@ -5,6 +5,7 @@
  * failing endpoints.
  */
 import { describe, expect, it } from 'vitest'
+import { createWebSearchTool } from '../../src/tools/web-search.ts'
 import { buildTestApp, exec } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { startHttpServer } from '../support/servers.ts'
@@ -62,6 +63,49 @@ describe('web_search', () => {
     expect(expectProblem(await exec(html, 'web_search', { query: 'x' }), 500, 'ExecutionFailed')['detail']).toMatch(/JSON/)
     const gone = await buildTestApp({ tools: { web_search: { endpoint: 'http://127.0.0.1:1/search' } } })
     expect(expectProblem(await exec(gone, 'web_search', { query: 'x' }), 500, 'ExecutionFailed')['detail']).toMatch(/ECONNREFUSED/)
+  })
+
+  it('answers Timeout (504) when the endpoint does not answer in time', async () => {
+    const hung = await startHttpServer(() => {})
+    const app = await buildTestApp({ tools: { web_search: { endpoint: `${hung.base}/search` } } })
+    app.runtime.registry.setGroup('builtin', 'zz-test-web-search', [createWebSearchTool(app.runtime.config.tools.web_search, { timeoutMs: 300 })])
+    expect(expectProblem(await exec(app, 'web_search', { query: 'x' }), 504, 'Timeout', 'web_search')['detail']).toMatch(/no answer within/)
+  })
+
+  it('reads at most 4 MiB of an answer: a longer one is ExecutionFailed, and the rest is not read', async () => {
+    let written = 0
+    const chunk = Buffer.alloc(64 * 1024, ' ')
+    const flood = await startHttpServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' })
+      response.write('{"results": [')
+      const pump = (): void => {
+        while (written < 256 * 1024 * 1024 && !response.destroyed) {
+          written += chunk.length
+          if (!response.write(chunk)) { response.once('drain', pump); return }
+        }
+        response.end(']}')
+      }
+      pump()
+    })
+    const app = await buildTestApp({ tools: { web_search: { endpoint: `${flood.base}/search` } } })
+    expect(expectProblem(await exec(app, 'web_search', { query: 'x' }), 500, 'ExecutionFailed')['detail']).toMatch(/more than 4 MiB/)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect(written).toBeLessThan(64 * 1024 * 1024)
+  })
+
+  it('skips results that are not objects and answers fields that are not strings as empty', async () => {
+    const odd = await startHttpServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
+        results: [null, 'text', 7, [], { title: { nested: 1 }, url: 42, content: null, snippet: 'fallback' }, { title: 'kept', url: 'https://example.org/', content: 'snippet' }],
+      }))
+    })
+    const app = await buildTestApp({ tools: { web_search: { endpoint: `${odd.base}/search` } } })
+    const answer = await exec(app, 'web_search', { query: 'x', num_results: 2 })
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200)
+    expect(answer.body.result.results).toEqual([
+      { title: '', url: '', snippet: 'fallback' },
+      { title: 'kept', url: 'https://example.org/', snippet: 'snippet' },
+    ])
   })
 
   it('refuses an empty query and a num_results out of range as InvalidArgs', async () => {

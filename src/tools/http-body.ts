@@ -1,0 +1,83 @@
+/**
+ * Reading an HTTP answer's body for the outbound tools (web_fetch,
+ * web_search): never more than a bound, decoded from its content-coding
+ * (the bound counts decoded bytes, so a small gzip bomb stays small) and
+ * from the charset its content type names.
+ */
+import { pipeline, type Readable } from 'node:stream'
+import zlib from 'node:zlib'
+import { ToolError } from '../errors.ts'
+
+export interface CappedBody {
+  data: Buffer
+  /** False when the body went on past the bound (and was not read further). */
+  complete: boolean
+}
+
+/** At most `maxBytes` of `body`; a longer body is cut there and the rest is not read. */
+export async function readCapped (body: Readable, maxBytes: number): Promise<CappedBody> {
+  const chunks: Buffer[] = []
+  let read = 0
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    const room = maxBytes - read
+    if (chunk.length > room) {
+      chunks.push(chunk.subarray(0, room))
+      body.destroy()
+      return { data: Buffer.concat(chunks), complete: false }
+    }
+    chunks.push(chunk)
+    read += chunk.length
+  }
+  return { data: Buffer.concat(chunks), complete: true }
+}
+
+const DECODERS: Record<string, () => zlib.Zlib & Readable> = {
+  gzip: () => zlib.createGunzip(),
+  'x-gzip': () => zlib.createGunzip(),
+  deflate: () => zlib.createInflate(),
+  br: () => zlib.createBrotliDecompress(),
+}
+
+/**
+ * At most `maxBytes` of `body` decoded from the content-coding its answer
+ * names (a list is undone from the last coding applied). A coding we cannot
+ * undo, or a body that is not valid in its coding, is ExecutionFailed: its
+ * bytes read as text would be noise.
+ */
+export async function readDecoded (body: Readable, contentEncoding: string | undefined, maxBytes: number): Promise<CappedBody> {
+  const codings = (contentEncoding ?? '').split(',').map((coding) => coding.trim().toLowerCase()).filter((coding) => coding !== '' && coding !== 'identity')
+  if (codings.length === 0) return readCapped(body, maxBytes)
+  const unknown = codings.find((coding) => !DECODERS[coding])
+  if (unknown !== undefined) {
+    // undici's body reports being destroyed as an error, of no interest here.
+    body.once('error', () => {}).destroy()
+    throw new ToolError('ExecutionFailed', `the body is encoded as ${JSON.stringify(unknown.slice(0, 40))}, which cannot be decoded (gzip, deflate and br can)`)
+  }
+  const failedCoding = new WeakMap<Error, string>()
+  const decoders = codings.reverse().map((coding) => {
+    const decoder = (DECODERS[coding] as () => zlib.Zlib & Readable)()
+    decoder.once('error', (error) => failedCoding.set(error, coding))
+    return decoder
+  })
+  try {
+    // pipeline destroys every stage once the last is destroyed, as readCapped does when it has enough.
+    return await readCapped(pipeline([body, ...decoders], () => {}) as unknown as Readable, maxBytes)
+  } catch (error) {
+    const coding = failedCoding.get(error as Error)
+    if (coding !== undefined) throw new ToolError('ExecutionFailed', `the body is not valid ${coding}: ${(error as Error).message}`)
+    throw error
+  }
+}
+
+/** `data` as text in the charset of `contentType`, UTF-8 when it names none or one this runtime does not know. */
+export function textOf (data: Buffer, contentType: string | undefined): string {
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(contentType ?? '')?.[1]
+  if (charset) {
+    try {
+      return new TextDecoder(charset).decode(data)
+    } catch {
+      // An unknown label: fall through to UTF-8.
+    }
+  }
+  return data.toString('utf8')
+}
