@@ -10,8 +10,7 @@ import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.t
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
 import { fsError } from '../workspace-fs/errors.ts'
-import { runExclusively } from '../workspace-fs/keyed-mutex.ts'
-import { withQuotaLock, writeContained } from '../workspace-fs/write.ts'
+import { withFileLock, withQuotaLock, writeContained } from '../workspace-fs/write.ts'
 import { MEMORY_PATH, resolveMemoryFile } from './memory-file.ts'
 
 export const memoryWriteTool = defineBuiltin({
@@ -27,16 +26,16 @@ export const memoryWriteTool = defineBuiltin({
   async execute (args, ctx) {
     const mode = args.mode ?? 'append'
     const file = await resolveMemoryFile(ctx.workspaceDir)
-    await runExclusively(file.absolute, async () => {
+    await withFileLock(file.absolute, async () => {
       if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true, quota: ctx.quota })
       const append = async () => {
-        // The separator is at most two bytes; counting it always keeps the check simple and safe.
-        await ctx.quota?.ensureRoom(Buffer.byteLength(args.content) + 2)
+        // Checked before anything is made; the separator, known once the file is open, is checked there.
+        await ctx.quota?.ensureRoom(Buffer.byteLength(args.content))
         // Where the path leads (a link to a file inside the workspace is followed, as the other modes and memory_read follow it).
         const { relativeDir, name } = splitInWorkspace(ctx.workspaceDir, file.absolute)
         const dir = await openContainedDirectory(ctx.workspaceDir, relativeDir, MEMORY_PATH, { create: true }).catch((error: unknown) => { throw fsError(error, MEMORY_PATH) })
         try {
-          const { created, bytes } = await appendParagraph(dir.at(name), args.content)
+          const { created, bytes } = await appendParagraph(dir.at(name), args.content, async (bytes) => { await ctx.quota?.ensureRoom(bytes) })
           ctx.quota?.landed(created ? 1 : 0, bytes, relativeDir)
         } catch (error) {
           throw fsError(error, MEMORY_PATH)
@@ -53,8 +52,12 @@ export const memoryWriteTool = defineBuiltin({
   },
 })
 
-/** Appends `content`, separated from what is there by exactly one blank line; answers the bytes added and whether the file is new. */
-async function appendParagraph (file: string, content: string): Promise<{ created: boolean, bytes: number }> {
+/**
+ * Appends `content`, separated from what is there by exactly one blank
+ * line, once `admit` has let in the bytes a separator adds with it;
+ * answers the bytes added and whether the file is new.
+ */
+async function appendParagraph (file: string, content: string, admit: (bytes: number) => Promise<void>): Promise<{ created: boolean, bytes: number }> {
   // Whether the file is new, for the workspace's file count (only a process could race this; it makes the figure stale anyway).
   const created = await lstat(file).then(() => false, () => true)
   // O_NOFOLLOW: a link swapped in since the path was resolved is refused, never followed. O_NONBLOCK: one that is a
@@ -73,6 +76,8 @@ async function appendParagraph (file: string, content: string): Promise<{ create
       separator = text.endsWith('\n\n') || (size === 1 && text === '\n') ? '' : text.endsWith('\n') ? '\n' : '\n\n'
     }
     const added = separator + content
+    // A separator means the file was there (nothing was made): refusing here changes nothing.
+    if (separator) await admit(Buffer.byteLength(added))
     await handle.appendFile(added)
     return { created, bytes: Buffer.byteLength(added) }
   } finally {

@@ -9,7 +9,7 @@ import { type Static, Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
 import { fitString } from '../execution/truncate.ts'
-import { checkedStat, openForReading, readPrefix } from '../workspace-fs/read.ts'
+import { checkedStat, openForReading, readPrefix, utf8Text } from '../workspace-fs/read.ts'
 
 /** Bytes read at a time while looking for line ends. */
 const CHUNK_BYTES = 64 * 1024
@@ -41,11 +41,11 @@ export const readFileTool = defineBuiltin({
     try {
       if (args.offset === undefined && args.limit === undefined) {
         // One byte more than the limit lets truncation see that there was more.
-        return { content: (await readPrefix(handle, ctx.maxResultBytes + 1, stat.size)).toString('utf8') }
+        return { content: utf8Text(await readPrefix(handle, ctx.maxResultBytes + 1, stat.size), args.path, stat.size > ctx.maxResultBytes + 1) }
       }
       const offset = args.offset ?? 1
       const page = await collectPage(handle, offset, args.limit ?? Number.MAX_SAFE_INTEGER, ctx.maxResultBytes, ctx.signal)
-      const result = fitPage(page, offset, ctx.maxResultBytes)
+      const result = fitPage(page, offset, ctx.maxResultBytes, args.path)
       if (result.line_truncated === true) ctx.markTruncated?.()
       return result
     } finally {
@@ -126,8 +126,8 @@ async function hasByteAt (handle: FileHandle, position: number): Promise<boolean
  * larger than the raw bytes): the longest run of whole lines that fits,
  * or, when not even the first line does, that line cut.
  */
-function fitPage (page: Page, offset: number, maxBytes: number): Static<typeof Output> {
-  const texts = page.lines.map((line) => line.toString('utf8'))
+function fitPage (page: Page, offset: number, maxBytes: number, userPath: string): Static<typeof Output> {
+  const texts = page.lines.map((line) => utf8Text(line, userPath))
   const result = (count: number, more: boolean, content = texts.slice(0, count).join('')): Static<typeof Output> => ({
     content, offset, lines: count, ...(more ? { next_offset: offset + count } : {}),
   })

@@ -1,9 +1,7 @@
 /** write_file: creates or overwrites a file (and its parent directories), atomically and race-free. */
 import { Type } from '@sinclair/typebox'
-import { ToolError } from '../errors.ts'
-import { namesDirectory, resolveInWorkspace } from '../workspace-fs/paths.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { writeContained } from '../workspace-fs/write.ts'
+import { writeWorkspaceFile } from '../workspace-fs/write.ts'
 
 export const writeFileTool = defineBuiltin({
   name: 'write_file',
@@ -16,10 +14,7 @@ export const writeFileTool = defineBuiltin({
   // Overwrites what was there; writing the same content again changes nothing more.
   annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
-    const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.path)
-    if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'path names the workspace itself, not a file')
-    if (namesDirectory(args.path)) throw new ToolError('InvalidArgs', `${JSON.stringify(args.path)} ends with a slash: it names a directory, not a file`)
-    await writeContained(ctx.workspaceDir, absolute, args.path, args.content, { createParents: true, quota: ctx.quota })
+    await writeWorkspaceFile(ctx.workspaceDir, args.path, args.content, ctx.quota)
     return { message: `Successfully wrote ${Buffer.byteLength(args.content)} bytes to ${args.path}` }
   },
 })

@@ -1,13 +1,12 @@
 /**
  * The edit procedure every editing tool shares (edit_file, omega's edit): the
  * file is read whole, changed by the tool's own rule, and written back
- * atomically within the workspace's quota, alone among this instance's edits
- * of that file, so two edits never lose one another's change.
+ * atomically within the workspace's quota, alone among this instance's
+ * writes and edits of that file, so none loses another's change.
  */
 import { ToolError } from '../errors.ts'
-import { runExclusively } from './keyed-mutex.ts'
-import { existingPath, openContained, readPrefix } from './read.ts'
-import { type RoomCheck, writeContained } from './write.ts'
+import { existingPath, openContained, readPrefix, utf8Text } from './read.ts'
+import { type RoomCheck, withFileLock, writeContained } from './write.ts'
 
 /** Files larger than this are not loaded for an edit. */
 export const MAX_EDIT_BYTES = 16 * 1024 * 1024
@@ -25,27 +24,18 @@ export function replaceFirst (text: string, needle: string, replacement: string)
   return text.slice(0, at) + replacement + text.slice(at + needle.length)
 }
 
-/** Strict: invalid bytes throw; a byte order mark stays in the text, so that it is written back. */
-const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true })
-
 /**
  * Applies `edit` to the text of the workspace file `userPath` and writes the
  * new text back; `edit` throws to refuse, and the file stays as it was.
  */
 export async function editFile<T> (workspaceDir: string, userPath: string, quota: RoomCheck | undefined, edit: (text: string) => { text: string, result: T }): Promise<T> {
   const absolute = await existingPath(workspaceDir, userPath)
-  return runExclusively(absolute, async () => {
+  return withFileLock(absolute, async () => {
     const { handle, stat } = await openContained(workspaceDir, absolute, userPath)
     let text: string
     try {
       if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${userPath} is larger than ${MAX_EDIT_BYTES} bytes; edit it with exec_shell instead`)
-      // Bytes that are not UTF-8 would come back as U+FFFD, anywhere in the file: refused instead.
-      try {
-        text = UTF8.decode(await readPrefix(handle, stat.size))
-      } catch (error) {
-        if (error instanceof TypeError) throw new ToolError('InvalidArgs', `${userPath} is not UTF-8 text; edit it with exec_shell instead`)
-        throw error
-      }
+      text = utf8Text(await readPrefix(handle, stat.size), userPath)
     } finally {
       await handle.close()
     }

@@ -53,6 +53,7 @@ export async function resolveInWorkspace (workspaceDir: string, userPath: string
   // Walk up to the deepest ancestor that exists, then canonicalise it.
   const missing: string[] = []
   let existing = joined
+  let danglingLinks = 0
   for (;;) {
     try {
       const real = await realpath(existing)
@@ -66,7 +67,15 @@ export async function resolveInWorkspace (workspaceDir: string, userPath: string
       if (code === 'ELOOP') refuse(userPath, 'has too many levels of symbolic links')
       if (code === 'EACCES' || code === 'EPERM') throw new ToolError('PermissionDenied', `${JSON.stringify(userPath)}: permission denied`)
       if (code !== 'ENOENT' && code !== 'ENOTDIR') throw error
-      await refuseDanglingLink(existing, userPath)
+      const target = await danglingTarget(workspaceDir, existing, userPath)
+      if (target !== null) {
+        // Resolution goes on from where the link points, as the kernel would follow it: a missing file
+        // inside (404 on read; a write makes the target), an escape outside. The link itself is never written through.
+        if (++danglingLinks > MAX_LINK_HOPS) refuse(userPath, 'has too many levels of symbolic links')
+        if (!isInside(workspaceDir, target)) refuse(userPath, 'resolves outside the workspace through a symbolic link')
+        existing = target
+        continue
+      }
       missing.push(path.basename(existing))
       const parent = path.dirname(existing)
       if (parent === existing || !isInside(workspaceDir, parent)) refuse(userPath, 'leaves the workspace')
@@ -75,24 +84,28 @@ export async function resolveInWorkspace (workspaceDir: string, userPath: string
   }
 }
 
+/** As Linux follows at most 40 links in one path. */
+const MAX_LINK_HOPS = 40
+
 /**
- * A symlink whose target does not exist would be followed by a later write
- * and create a file wherever it points; such a path is refused outright.
+ * Where the symbolic link at `candidate` points (its target does not exist,
+ * or resolution would not have failed there), as an absolute path from the
+ * link's real directory, which must be inside; null when `candidate` is no link.
  */
-async function refuseDanglingLink (candidate: string, userPath: string): Promise<void> {
+async function danglingTarget (workspaceDir: string, candidate: string, userPath: string): Promise<string | null> {
+  let link: { directory: string, text: string }
   try {
-    const stat = await lstat(candidate)
-    if (stat.isSymbolicLink()) {
-      const target = await readlink(candidate)
-      refuse(userPath, `passes through a dangling symbolic link (to ${JSON.stringify(target)})`)
-    }
-  } catch (error) {
-    if (error instanceof ToolError) throw error
+    if (!(await lstat(candidate)).isSymbolicLink()) return null
+    link = { directory: await realpath(path.dirname(candidate)), text: await readlink(candidate) }
+  } catch {
     // ENOENT: nothing there at all, the ordinary case of a new path.
+    return null
   }
+  if (!isInside(workspaceDir, link.directory)) refuse(userPath, 'resolves outside the workspace through a symbolic link')
+  return path.resolve(link.directory, link.text)
 }
 
-/** Whether a path ends with a separator (`dir/`): it names a directory, never a file to write. */
+/** Whether a path ends with a separator, `.` or `..` (`dir/`, `dir/.`): it names a directory, never a file to write. */
 export function namesDirectory (userPath: string): boolean {
-  return /[/\\]$/.test(userPath)
+  return /(?:^|[/\\])\.{0,2}$/.test(userPath)
 }

@@ -92,3 +92,20 @@ export async function readPrefix (handle: FileHandle, maxBytes: number, size?: n
   }
   return buffer.subarray(0, filled)
 }
+
+/**
+ * Bytes of the workspace file `userPath` as text. Bytes that are not UTF-8
+ * are refused: shown as U+FFFD, they would be written back so by an agent
+ * that edits what it read. With `cut`, the bytes are a prefix that may end
+ * inside a character, which is left out. A byte order mark stays in the
+ * text, so that it is written back.
+ */
+export function utf8Text (bytes: Uint8Array, userPath: string, cut = false): string {
+  try {
+    // A decoder a call: one that streams keeps a cut character for its next call.
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes, { stream: cut })
+  } catch (error) {
+    if (error instanceof TypeError) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is not UTF-8 text; use exec_shell for it (iconv, xxd)`)
+    throw error
+  }
+}

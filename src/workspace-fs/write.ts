@@ -3,13 +3,17 @@
  * directory, renamed into place, so a failure leaves the old content and
  * readers never see half a file; with a room check, the check and the write
  * it admits run alone among the workspace's writes in this instance, and the
- * write's delta (files, bytes) is handed to the workspace's usage.
+ * write's delta (files, bytes) is handed to the workspace's usage. Every
+ * write of a file runs alone among this instance's writes and edits of that
+ * file (`withFileLock`), so an edit never writes back over a newer write.
  */
 import { randomUUID } from 'node:crypto'
 import { lstat, open, rename, rm } from 'node:fs/promises'
+import { ToolError } from '../errors.ts'
 import { fsError } from './errors.ts'
 import { runExclusively } from './keyed-mutex.ts'
 import { openContainedDirectory, splitInWorkspace } from './open.ts'
+import { namesDirectory, resolveInWorkspace } from './paths.ts'
 
 /** What a write asks before it grows the workspace (its byte quota), and tells once it landed (its usage). */
 export interface RoomCheck {
@@ -20,7 +24,28 @@ export interface RoomCheck {
 }
 
 /**
- * Writes a file atomically and race-free: a temporary file in the (walked,
+ * Runs `task`, which reads or writes the file at `absolute`, alone among
+ * this instance's tasks on that file: an edit's read and its write back
+ * are one step for every other writer.
+ */
+export function withFileLock<T> (absolute: string, task: () => Promise<T>): Promise<T> {
+  return runExclusively(absolute, task)
+}
+
+/**
+ * write_file's and omega's write: the caller's path made or replaced with
+ * `content` (parents made on the way), under the file's lock. A path that
+ * names a directory (the workspace, `dir/`, `dir/.`) is InvalidArgs.
+ */
+export async function writeWorkspaceFile (workspaceDir: string, userPath: string, content: string, quota: RoomCheck | undefined): Promise<void> {
+  const { absolute } = await resolveInWorkspace(workspaceDir, userPath)
+  if (absolute === workspaceDir) throw new ToolError('InvalidArgs', `${JSON.stringify(userPath)} names the workspace itself, not a file`)
+  if (namesDirectory(userPath)) throw new ToolError('InvalidArgs', `${JSON.stringify(userPath)} ends with a slash, . or ..: it names a directory, not a file`)
+  await withFileLock(absolute, () => writeContained(workspaceDir, absolute, userPath, content, { createParents: true, quota }))
+}
+
+/**
+ * Writes a file atomically and race-free (the caller holds its `withFileLock`): a temporary file in the (walked,
  * descriptor-held) directory, then a rename within it. A failure leaves the
  * old content; readers never see half a file; an existing symlink at the
  * target is replaced, never followed. With `createParents`, missing
@@ -56,7 +81,8 @@ export function withQuotaLock<T> (workspaceDir: string, task: () => Promise<T>):
 
 async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean }, hooks?: WriteHooks): Promise<void> {
   const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
-  const temp = `.${name.slice(0, 100)}.${randomUUID()}.toolport-tmp`
+  // Short whatever the name: a name of 255 bytes has no room for more.
+  const temp = `.toolport-${randomUUID()}.tmp`
   let dir
   try {
     dir = await openContainedDirectory(workspaceDir, relativeDir, userPath, { create: options.createParents })

@@ -65,11 +65,27 @@ describe('resolveInWorkspace', () => {
     expect(await codeOf('file-link')).toBe('InvalidPath')
   })
 
-  it('refuses a dangling symlink (a write would follow it anywhere)', async () => {
+  it('follows a dangling symlink to where it points: a missing path inside, an escape outside', async () => {
     await symlink(path.join(outside, 'not-yet.txt'), path.join(ws, 'dangling'))
     await symlink('nowhere-inside', path.join(ws, 'dangling-inside'))
+    await symlink('../later/x.txt', path.join(ws, 'sub', 'up'))
     expect(await codeOf('dangling')).toBe('InvalidPath')
-    expect(await codeOf('dangling-inside')).toBe('InvalidPath')
+    expect(await codeOf('dangling/x')).toBe('InvalidPath')
+    expect(await resolveInWorkspace(ws, 'dangling-inside')).toEqual({ absolute: path.join(ws, 'nowhere-inside'), exists: false })
+    expect(await resolveInWorkspace(ws, 'dangling-inside/a/b.txt')).toEqual({ absolute: path.join(ws, 'nowhere-inside', 'a', 'b.txt'), exists: false })
+    expect(await resolveInWorkspace(ws, 'sub/up')).toEqual({ absolute: path.join(ws, 'later', 'x.txt'), exists: false })
+  })
+
+  it('refuses a dangling symlink reached through a directory outside, even when it points back inside', async () => {
+    await symlink(outside, path.join(ws, 'out'))
+    await symlink(path.join(ws, 'back.txt'), path.join(outside, 'back'))
+    expect(await codeOf('out/back')).toBe('InvalidPath')
+  })
+
+  it('refuses dangling symlinks that point at one another', async () => {
+    await symlink('b', path.join(ws, 'a'))
+    await symlink('a', path.join(ws, 'b'))
+    expect(await codeOf('a')).toBe('InvalidPath')
   })
 
   it('follows a symlink that stays inside', async () => {

@@ -5,11 +5,10 @@
  */
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../../errors.ts'
-import { namesDirectory, resolveInWorkspace } from '../../workspace-fs/paths.ts'
 import { truncateText } from '../../execution/truncate.ts'
 import { defineBuiltin } from '../../execution/define.ts'
-import { existingPath, openContained, readPrefix } from '../../workspace-fs/read.ts'
-import { writeContained } from '../../workspace-fs/write.ts'
+import { existingPath, openContained, readPrefix, utf8Text } from '../../workspace-fs/read.ts'
+import { writeWorkspaceFile } from '../../workspace-fs/write.ts'
 import { countOccurrences, editFile, replaceFirst } from '../../workspace-fs/edit.ts'
 
 export const MAX_READ_OUTPUT = 50_000
@@ -27,7 +26,7 @@ export const readTool = defineBuiltin({
     const { handle, stat } = await openContained(ctx.workspaceDir, absolute, args.file_path)
     try {
       // 4 bytes a character at most: this prefix always holds the first 50,000 characters.
-      const text = (await readPrefix(handle, MAX_READ_OUTPUT * 4)).toString('utf8')
+      const text = utf8Text(await readPrefix(handle, MAX_READ_OUTPUT * 4), args.file_path, stat.size > MAX_READ_OUTPUT * 4)
       const total = stat.size > MAX_READ_OUTPUT * 4 ? stat.size : text.length
       if (total > MAX_READ_OUTPUT) ctx.markTruncated?.()
       return { content: truncateText(text, MAX_READ_OUTPUT, total) }
@@ -44,11 +43,8 @@ export const writeTool = defineBuiltin({
   outputSchema: Type.Object({ content: Type.String(), bytes: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
   annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
   async execute (args, ctx) {
-    const { absolute } = await resolveInWorkspace(ctx.workspaceDir, args.file_path)
-    if (absolute === ctx.workspaceDir) throw new ToolError('InvalidArgs', 'file_path names the workspace itself')
-    if (namesDirectory(args.file_path)) throw new ToolError('InvalidArgs', `${JSON.stringify(args.file_path)} ends with a slash: it names a directory, not a file`)
     const bytes = Buffer.byteLength(args.content)
-    await writeContained(ctx.workspaceDir, absolute, args.file_path, args.content, { createParents: true, quota: ctx.quota })
+    await writeWorkspaceFile(ctx.workspaceDir, args.file_path, args.content, ctx.quota)
     return { content: `Wrote ${bytes} bytes to ${args.file_path}`, bytes }
   },
 })
