@@ -78,6 +78,27 @@ export function foundDescendantsOf (root: FoundProcess): FoundProcess[] {
   return descendantsOf(root.pid).map((pid) => ({ pid, startedAt: startTimeOf(pid) })).filter((found) => found.startedAt !== '')
 }
 
+/** Every live process of the process group `pgid`, each with its start time (orphans of a gone leader included). */
+export function foundInGroup (pgid: number): FoundProcess[] {
+  const found: FoundProcess[] = []
+  let names: string[]
+  try {
+    names = readdirSync('/proc')
+  } catch {
+    return found
+  }
+  for (const name of names) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      const fields = statFields(readFileSync(`/proc/${name}/stat`, 'utf8'))
+      if (Number(fields[2]) === pgid) found.push({ pid: Number(name), startedAt: fields[19] ?? '' })
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found
+}
+
 /** Signals each of `found` that is still the process found (not another that took its pid since). */
 export function signalFound (found: FoundProcess[], signal: NodeJS.Signals): void {
   for (const { pid, startedAt } of found) {

@@ -14,6 +14,7 @@ import { MAX_JSON_DEPTH } from '../execution/json-text.ts'
 import { type AnyTool, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { disconnect, isConnectionGone, McpConnector, type McpConnection } from './mcp-connection.ts'
+import { runTiedTo } from './mcp-fetch.ts'
 import { errorOf, shortMessage, wrapTools } from './mcp-tools.ts'
 
 /** `connecting` until the first attempt ends; `down` while retrying; `closed` after close(). */
@@ -163,12 +164,16 @@ export class McpClientSource {
     const { name, config } = this.#options
     const connection = this.#connection
     if (!connection || this.state !== 'up') throw new ToolError('ExecutionFailed', `MCP server ${name} is not connected`)
+    // Over HTTP, the call's request (and the answer it is reading) stops once the call has its answer or gave up.
+    const ended = new AbortController()
     try {
       // The default result schema is CallToolResultSchema; the wider type is for pre-2024-11 servers.
-      return await connection.client.callTool({ name: tool, arguments: args }, undefined, { signal: ctx.signal, timeout: config.timeout_ms }) as CallToolResult
+      return await runTiedTo(AbortSignal.any([ctx.signal, ended.signal]), () => connection.client.callTool({ name: tool, arguments: args }, undefined, { signal: ctx.signal, timeout: config.timeout_ms })) as CallToolResult
     } catch (error) {
       if (!ctx.signal.aborted && isConnectionGone(error)) this.#drop(connection, error)
       throw errorOf(error, name, ctx.signal, config.timeout_ms)
+    } finally {
+      ended.abort()
     }
   }
 
@@ -207,13 +212,22 @@ export class McpClientSource {
   }
 }
 
-/** tools/list, following pagination cursors (a repeated cursor ends the loop). */
-async function listAllTools (client: Client, options: RequestOptions): Promise<McpTool[]> {
+/**
+ * tools/list, following pagination cursors (a repeated cursor ends the
+ * loop), within one deadline for all the pages: a server whose cursors
+ * never end is a failed listing, not an endless one.
+ */
+async function listAllTools (client: Client, options: RequestOptions & { timeout: number }): Promise<McpTool[]> {
+  const deadline = AbortSignal.timeout(options.timeout)
+  const signal = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline
   const tools: McpTool[] = []
   const seen = new Set<string>()
+  const overdue = (): Error => new Error(`listing the tools took longer than ${options.timeout / 1000} s (${seen.size + 1} pages, ${tools.length} tools so far)`)
   let cursor: string | undefined
   do {
-    const page = await client.listTools(cursor === undefined ? {} : { cursor }, options)
+    const page = await client.listTools(cursor === undefined ? {} : { cursor }, { ...options, signal }).catch((error: unknown) => {
+      throw deadline.aborted ? overdue() : error
+    })
     tools.push(...page.tools)
     if (cursor !== undefined) seen.add(cursor)
     cursor = page.nextCursor

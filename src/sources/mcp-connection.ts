@@ -4,10 +4,12 @@
  * older SSE transport), an initialized client on it, and a bounded close.
  * What to do when a connection ends is the source's business (mcp-client.ts).
  */
+import { accessSync, constants } from 'node:fs'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
-import { type FoundProcess, foundDescendantsOf, foundProcess, signalFound } from '../sandbox/process-tree.ts'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { type FoundProcess, foundDescendantsOf, foundInGroup, foundProcess, signalFound } from '../sandbox/process-tree.ts'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
@@ -15,20 +17,42 @@ import type { Logger } from 'pino'
 import type { McpServerConfig } from '../config.ts'
 import { clipText } from '../execution/truncate.ts'
 import { VERSION } from '../version.ts'
+import { boundedFetch } from './mcp-fetch.ts'
 import { shortMessage } from './mcp-tools.ts'
 
-/** The SDK's stdio close escalates to SIGKILL after 4 s; waiting a little longer sees the child gone. */
-const CLOSE_WAIT_MS = 5_000
+/** The SDK's stdio close escalates to SIGKILL after 4 s; then its process group has a second to go. */
+const CLOSE_WAIT_MS = 6_000
 const TERMINATE_WAIT_MS = 1_000
+const GROUP_GRACE_MS = 1_000
+
+/** util-linux's setsid: a stdio server started through it leads a process group of its own (same pid, as it is no leader yet). */
+const SETSID = ['/usr/bin/setsid', '/bin/setsid'].find((candidate) => {
+  try {
+    accessSync(candidate, constants.X_OK)
+    return true
+  } catch {
+    return false
+  }
+})
+
+/** The SDK's stdio transport, remembering the server it started (its pid is gone with its process). */
+class StdioServerTransport extends StdioClientTransport {
+  server: FoundProcess | undefined
+  /** The last line the server wrote to stderr: why it would not start, as a rule (setsid's own complaint included). */
+  lastStderr = ''
+
+  override async start (): Promise<void> {
+    await super.start()
+    if (this.pid !== null) this.server = foundProcess(this.pid)
+  }
+}
 
 /** One live client and what it runs on. */
 export interface McpConnection {
   client: Client
   transport: Transport
-  /** Settles when the transport has closed (for stdio: when the child has exited). */
+  /** Settles when the transport has closed (for stdio: when the child has exited, and what it left in its group has been ended). */
   closed: Promise<void>
-  /** A stdio server's process, as it was once started. */
-  server?: FoundProcess
 }
 
 /** What the source hears from a connection once it is open. */
@@ -59,11 +83,18 @@ export class McpConnector {
   /** Connects over the configured transport: stdio, or Streamable HTTP with an SSE fallback. */
   async open (signal: AbortSignal, events: McpConnectionEvents): Promise<McpConnection> {
     const { command, url = '' } = this.#options.config
-    if (command) return this.#attach(this.#stdio(command), signal, events)
+    if (command) {
+      const transport = this.#stdio(command)
+      try {
+        return await this.#attach(transport, signal, events)
+      } catch (error) {
+        throw transport.lastStderr === '' ? error : new Error(`${shortMessage(error)} (its stderr: ${transport.lastStderr})`)
+      }
+    }
     const endpoint = new URL(url)
-    if (this.#sseOnly) return this.#attach(new SSEClientTransport(endpoint), signal, events)
+    if (this.#sseOnly) return this.#attach(new SSEClientTransport(endpoint, { fetch: boundedFetch }), signal, events)
     try {
-      return await this.#attach(new StreamableHTTPClientTransport(endpoint), signal, events)
+      return await this.#attach(new StreamableHTTPClientTransport(endpoint, { fetch: boundedFetch }), signal, events)
     } catch (error) {
       // Servers from before Streamable HTTP refuse the initialize POST with a 4xx (404, 405).
       const status = error instanceof StreamableHTTPError ? error.code ?? 0 : 0
@@ -71,7 +102,7 @@ export class McpConnector {
       if (!refused || signal.aborted) throw error
       this.#options.log.debug({ status }, 'Streamable HTTP refused; trying the older SSE transport')
       try {
-        const connection = await this.#attach(new SSEClientTransport(endpoint), signal, events)
+        const connection = await this.#attach(new SSEClientTransport(endpoint, { fetch: boundedFetch }), signal, events)
         this.#sseOnly = true
         return connection
       } catch (sseError) {
@@ -80,16 +111,20 @@ export class McpConnector {
     }
   }
 
-  #stdio (command: string): StdioClientTransport {
-    const transport = new StdioClientTransport({
-      command,
-      args: this.#options.config.args,
+  #stdio (command: string): StdioServerTransport {
+    const args = this.#options.config.args ?? []
+    const transport = new StdioServerTransport({
+      command: SETSID ?? command,
+      args: SETSID ? [command, ...args] : args,
       // The SDK's safe subset (PATH, HOME, …), never the service's environment: it holds secrets.
       env: { ...getDefaultEnvironment(), ...this.#options.config.env },
       stderr: 'pipe',
     })
     transport.stderr?.on('data', (chunk: Buffer) => {
-      this.#options.log.debug({ stderr: clipText(chunk.toString('utf8').trimEnd(), 2000) }, 'MCP server stderr')
+      const text = chunk.toString('utf8').trimEnd()
+      this.#options.log.debug({ stderr: clipText(text, 2000) }, 'MCP server stderr')
+      const last = text.slice(text.lastIndexOf('\n') + 1).trim()
+      if (last !== '') transport.lastStderr = clipText(last, 300)
     })
     return transport
   }
@@ -99,14 +134,15 @@ export class McpConnector {
     const closed = Promise.withResolvers<void>()
     const connection: McpConnection = { client, transport, closed: closed.promise }
     client.onclose = () => {
-      closed.resolve()
+      // A server that exited (crashed, or was closed) leaves what it started in its group, orphaned: ended here.
+      const server = transport instanceof StdioServerTransport ? transport.server : undefined
+      void (server ? endGroup(server.pid) : Promise.resolve()).then(() => closed.resolve())
       events.onClose(connection)
     }
     client.onerror = (error) => this.#options.log.debug({ reason: shortMessage(error) }, 'MCP transport error')
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => events.onToolListChanged(connection))
     try {
       await client.connect(transport, { signal, timeout: this.#options.connectTimeoutMs })
-      if (transport instanceof StdioClientTransport && transport.pid !== null) connection.server = foundProcess(transport.pid)
     } catch (error) {
       await disconnect(connection)
       throw error
@@ -119,16 +155,26 @@ export class McpConnector {
  * Closes a connection and waits (bounded) for its transport to be gone. A
  * session of a stateful HTTP server is ended politely first (DELETE).
  */
-export async function disconnect ({ client, transport, closed, server }: McpConnection): Promise<void> {
+export async function disconnect ({ client, transport, closed }: McpConnection): Promise<void> {
   if (transport instanceof StreamableHTTPClientTransport) await within(transport.terminateSession(), TERMINATE_WAIT_MS).catch(() => {})
   // The SDK ends a stdio server's own process only: what it started (a helper, a shell's command)
   // would outlive it, out of reach once its parent is gone. They are found now (while the server
   // is the process that was started), asked to stop with it, and killed if still there once it has gone.
+  const server = transport instanceof StdioServerTransport ? transport.server : undefined
   const helpers = server === undefined ? [] : foundDescendantsOf(server)
   signalFound(helpers, 'SIGTERM')
   await client.close().catch(() => {})
   await within(closed, CLOSE_WAIT_MS)
   signalFound(helpers, 'SIGKILL')
+}
+
+/** Asks every process left in the group `pgid` to stop, and kills those still there a second later. */
+async function endGroup (pgid: number): Promise<void> {
+  const members = foundInGroup(pgid)
+  if (members.length === 0) return
+  signalFound(members, 'SIGTERM')
+  await sleep(GROUP_GRACE_MS)
+  signalFound(members, 'SIGKILL')
 }
 
 /** Whether a failed request means the HTTP connection is unusable: 404 = session gone (the spec says start a new one), or the network failed. */

@@ -66,10 +66,11 @@ function mcpMessage (error: McpError): string {
   return clipText(error.message.replace(/^MCP error -?\d+: /, ''), ERROR_TEXT_BYTES)
 }
 
-/** The first line of any error's message (never a stack). */
+/** Any error's message on one line, clipped (never a stack). */
 export function shortMessage (error: unknown): string {
   const message = error instanceof Error ? error.message : String(error)
-  return clipText(message.split('\n')[0] ?? '', 500)
+  // On one line: the SDK's schema errors are a JSON list of issues over many lines, whose first is `[`.
+  return clipText(message.replace(/\s+/g, ' ').trim(), 500)
 }
 
 /**
