@@ -143,9 +143,13 @@ describe('a stdio server that exits by itself', () => {
   })
 
   it('that cannot start is down with its own complaint', async () => {
-    const app = await mcpApp({ missing: { command: '/nonexistent/mcp-server' } })
-    expect(app.runtime.mcpStates()).toEqual({ missing: 'down' })
-    const ready = (await app.inject({ method: 'GET', url: '/readyz' })).json()
-    expect(ready.mcp_servers).toEqual({ missing: 'down' })
+    const { log } = capturingLogger()
+    const config = parseConfig({ tools: { mcp_servers: { missing: { command: '/nonexistent/mcp-server' } } } }).tools.mcp_servers['missing']
+    if (!config) throw new Error('no config')
+    const source = new McpClientSource({ name: 'missing', config, log, onChange: () => {} })
+    onCleanup(() => source.close())
+    await source.start()
+    expect(source.state).toBe('down')
+    expect(source.lastError).toMatch(/its stderr: .*\/nonexistent\/mcp-server: No such file or directory/)
   })
 })
