@@ -8,8 +8,8 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox'
 
 const strict = { additionalProperties: false } as const
-const int = (min: number, def: number, max?: number) =>
-  Type.Integer(max === undefined ? { minimum: min, default: def } : { minimum: min, maximum: max, default: def })
+/** An integer; without a maximum of its own, one JavaScript holds exactly (YAML's `.inf` and JSON's `1e400` are no integers). */
+const int = (min: number, def: number, max = Number.MAX_SAFE_INTEGER) => Type.Integer({ minimum: min, maximum: max, default: def })
 /**
  * The longest duration the config takes, 24 days: a Node.js timer fires at
  * once past about 24.8 days, and the service adds a few seconds to some.
@@ -18,6 +18,10 @@ const MAX_DURATION_SECONDS = 24 * 24 * 3600
 /** Durations that become timers: milliseconds, and whole seconds (multiplied by 1000). */
 const ms = (min: number, def: number) => int(min, def, MAX_DURATION_SECONDS * 1000)
 const seconds = (min: number, def: number) => int(min, def, MAX_DURATION_SECONDS)
+/** How long a workspace or an idempotent answer may be kept: a year, as a request's own `ttl_seconds` allows. */
+const MAX_KEPT_SECONDS = 365 * 24 * 3600
+/** Linux's largest pid limit (PID_MAX_LIMIT): a larger process count is no limit a kernel takes. */
+const MAX_PROCESSES = 4 * 1024 * 1024
 const section = <T extends Record<string, TSchema>>(props: T) => Type.Object(props, { ...strict, default: {} })
 const oneOf = <T extends string>(values: readonly T[], def: T) => Type.Unsafe<T>({ type: 'string', enum: values, default: def })
 
@@ -52,7 +56,7 @@ export const ConfigSchema = Type.Object({
     /** An MCP session unused this long ends (and its workspace goes). */
     mcp_session_idle_seconds: seconds(1, 900),
     /** How long an Idempotency-Key's answer is kept and replayed. */
-    idempotency_ttl_seconds: int(1, 86_400),
+    idempotency_ttl_seconds: int(1, 86_400, MAX_KEPT_SECONDS),
     /**
      * The URL at which the other instances sharing `workspaces.root` reach this
      * one (e.g. `http://10.0.3.7:8080`): requests about its processes are
@@ -65,7 +69,7 @@ export const ConfigSchema = Type.Object({
     root: Type.Optional(Type.String()),
     /** Where ephemeral workspaces go (default `<root>/ephemeral`); must be private to one instance when `root` is shared. */
     ephemeral_root: Type.Optional(Type.String()),
-    ttl_seconds: int(1, 3600),
+    ttl_seconds: int(1, 3600, MAX_KEPT_SECONDS),
     sweep_interval_seconds: seconds(1, 60),
     max_archive_entries: int(1, 10_000),
     max_archive_bytes: int(1, 512 * 1024 * 1024),
@@ -96,7 +100,7 @@ export const ConfigSchema = Type.Object({
     network: Type.Boolean({ default: false }),
     cpu_seconds: int(1, 600),
     max_file_bytes: int(1024, 1024 * 1024 * 1024),
-    max_processes: int(1, 256),
+    max_processes: int(1, 256, MAX_PROCESSES),
     max_memory_bytes: int(16 * 1024 * 1024, 4 * 1024 * 1024 * 1024),
     /** Size of the sandbox's own /tmp and /dev/shm (each a tmpfs held in the host's memory). */
     tmp_bytes: int(4096, 64 * 1024 * 1024),

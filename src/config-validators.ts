@@ -3,7 +3,7 @@
 // @ts-nocheck
 "use strict";
 
-const schema11 = {"additionalProperties":false,"type":"object","required":["server","workspaces","limits","auth","sandbox","tools","channels","logging"],"properties":{"server":{"additionalProperties":false,"default":{},"type":"object","required":["host","port","body_limit_bytes","drain_timeout_ms","request_timeout_ms","max_header_bytes","max_mcp_sessions","mcp_session_idle_seconds","idempotency_ttl_seconds"],"properties":{"host":{"default":"127.0.0.1","type":"string"},"port":{"minimum":0,"maximum":65535,"default":8080,"type":"integer"},"body_limit_bytes":{"minimum":1024,"default":10485760,"type":"integer"},"drain_timeout_ms":{"minimum":0,"maximum":2073600000,"default":10000,"type":"integer"},"request_timeout_ms":{"minimum":100,"maximum":2073600000,"default":60000,"type":"integer"},"max_header_bytes":{"minimum":1024,"default":16384,"type":"integer"},"max_mcp_sessions":{"minimum":1,"default":100,"type":"integer"},"mcp_session_idle_seconds":{"minimum":1,"maximum":2073600,"default":900,"type":"integer"},"idempotency_ttl_seconds":{"minimum":1,"default":86400,"type":"integer"},"advertise_url":{"pattern":"^https?://[^/?#]+/?$","type":"string"}}},"workspaces":{"additionalProperties":false,"default":{},"type":"object","required":["ttl_seconds","sweep_interval_seconds","max_archive_entries","max_archive_bytes","max_per_tenant","max_bytes","tenant_quotas"],"properties":{"root":{"type":"string"},"ephemeral_root":{"type":"string"},"ttl_seconds":{"minimum":1,"default":3600,"type":"integer"},"sweep_interval_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"max_archive_entries":{"minimum":1,"default":10000,"type":"integer"},"max_archive_bytes":{"minimum":1,"default":536870912,"type":"integer"},"max_per_tenant":{"minimum":1,"default":1000,"type":"integer"},"max_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"tenant_quotas":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","properties":{"max_workspaces":{"minimum":1,"type":"integer"},"max_workspace_bytes":{"minimum":1024,"type":"integer"}}}}}}},"limits":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","max_queue","queue_timeout_ms","max_result_bytes"],"properties":{"max_concurrent":{"minimum":1,"default":16,"type":"integer"},"max_queue":{"minimum":0,"default":256,"type":"integer"},"queue_timeout_ms":{"minimum":1,"maximum":2073600000,"default":30000,"type":"integer"},"max_result_bytes":{"minimum":256,"default":65536,"type":"integer"}}},"auth":{"additionalProperties":false,"default":{},"type":"object","required":["tokens","disabled"],"properties":{"tokens":{"default":[],"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"pattern":"^[\\x21-\\x7E]+$","type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}},"tokens_file":{"type":"string"},"disabled":{"default":false,"type":"boolean"}}},"sandbox":{"additionalProperties":false,"default":{},"type":"object","required":["mode","network","cpu_seconds","max_file_bytes","max_processes","max_memory_bytes","tmp_bytes"],"properties":{"mode":{"type":"string","enum":["auto","bwrap","none"],"default":"auto"},"network":{"default":false,"type":"boolean"},"cpu_seconds":{"minimum":1,"default":600,"type":"integer"},"max_file_bytes":{"minimum":1024,"default":1073741824,"type":"integer"},"max_processes":{"minimum":1,"default":256,"type":"integer"},"max_memory_bytes":{"minimum":16777216,"default":4294967296,"type":"integer"},"tmp_bytes":{"minimum":4096,"default":67108864,"type":"integer"}}},"tools":{"additionalProperties":false,"default":{},"type":"object","required":["exec_shell","processes","spawn","web_fetch","web_search","dirs","executable_timeout_seconds","stub","mcp_servers"],"properties":{"builtin":{"type":"array","items":{"type":"string"}},"exec_shell":{"additionalProperties":false,"default":{},"type":"object","required":["timeout_default","timeout_max"],"properties":{"timeout_default":{"minimum":1,"maximum":2073600,"default":30,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":300,"type":"integer"},"denylist":{"type":"array","items":{"type":"string"}}}},"processes":{"additionalProperties":false,"default":{},"type":"object","required":["max_per_workspace","timeout_default","timeout_max","max_output_bytes","keep_ended"],"properties":{"max_per_workspace":{"minimum":1,"default":8,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":3600,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":86400,"type":"integer"},"max_output_bytes":{"minimum":1024,"default":1048576,"type":"integer"},"keep_ended":{"minimum":0,"default":50,"type":"integer"}}},"spawn":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","timeout_default"],"properties":{"max_concurrent":{"minimum":1,"default":5,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"}}},"web_fetch":{"additionalProperties":false,"default":{},"type":"object","required":["max_bytes","allow_private_networks"],"properties":{"max_bytes":{"minimum":1,"default":10485760,"type":"integer"},"allow_private_networks":{"default":false,"type":"boolean"}}},"web_search":{"additionalProperties":false,"default":{},"type":"object","properties":{"endpoint":{"type":"string"}}},"dirs":{"default":[],"type":"array","items":{"type":"string"}},"executable_timeout_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"stub":{"default":false,"type":"boolean"},"mcp_servers":{"default":{},"additionalProperties":false,"type":"object","patternProperties":{"^[A-Za-z0-9_-]+$":{"additionalProperties":false,"type":"object","required":["args","env","internal_only","timeout_ms"],"properties":{"command":{"type":"string"},"args":{"default":[],"type":"array","items":{"type":"string"}},"env":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"type":"string"}}},"url":{"type":"string"},"internal_only":{"default":true,"type":"boolean"},"timeout_ms":{"minimum":1,"maximum":2073600000,"default":60000,"type":"integer"}}}}}}},"channels":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","required":["webhook"],"properties":{"webhook":{"type":"string"}}}}},"logging":{"additionalProperties":false,"default":{},"type":"object","required":["level"],"properties":{"level":{"type":"string","enum":["fatal","error","warn","info","debug","trace","silent"],"default":"info"}}}}};
+const schema11 = {"additionalProperties":false,"type":"object","required":["server","workspaces","limits","auth","sandbox","tools","channels","logging"],"properties":{"server":{"additionalProperties":false,"default":{},"type":"object","required":["host","port","body_limit_bytes","drain_timeout_ms","request_timeout_ms","max_header_bytes","max_mcp_sessions","mcp_session_idle_seconds","idempotency_ttl_seconds"],"properties":{"host":{"default":"127.0.0.1","type":"string"},"port":{"minimum":0,"maximum":65535,"default":8080,"type":"integer"},"body_limit_bytes":{"minimum":1024,"maximum":9007199254740991,"default":10485760,"type":"integer"},"drain_timeout_ms":{"minimum":0,"maximum":2073600000,"default":10000,"type":"integer"},"request_timeout_ms":{"minimum":100,"maximum":2073600000,"default":60000,"type":"integer"},"max_header_bytes":{"minimum":1024,"maximum":9007199254740991,"default":16384,"type":"integer"},"max_mcp_sessions":{"minimum":1,"maximum":9007199254740991,"default":100,"type":"integer"},"mcp_session_idle_seconds":{"minimum":1,"maximum":2073600,"default":900,"type":"integer"},"idempotency_ttl_seconds":{"minimum":1,"maximum":31536000,"default":86400,"type":"integer"},"advertise_url":{"pattern":"^https?://[^/?#]+/?$","type":"string"}}},"workspaces":{"additionalProperties":false,"default":{},"type":"object","required":["ttl_seconds","sweep_interval_seconds","max_archive_entries","max_archive_bytes","max_per_tenant","max_bytes","tenant_quotas"],"properties":{"root":{"type":"string"},"ephemeral_root":{"type":"string"},"ttl_seconds":{"minimum":1,"maximum":31536000,"default":3600,"type":"integer"},"sweep_interval_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"max_archive_entries":{"minimum":1,"maximum":9007199254740991,"default":10000,"type":"integer"},"max_archive_bytes":{"minimum":1,"maximum":9007199254740991,"default":536870912,"type":"integer"},"max_per_tenant":{"minimum":1,"maximum":9007199254740991,"default":1000,"type":"integer"},"max_bytes":{"minimum":1024,"maximum":9007199254740991,"default":1073741824,"type":"integer"},"tenant_quotas":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","properties":{"max_workspaces":{"minimum":1,"type":"integer"},"max_workspace_bytes":{"minimum":1024,"type":"integer"}}}}}}},"limits":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","max_queue","queue_timeout_ms","max_result_bytes"],"properties":{"max_concurrent":{"minimum":1,"maximum":9007199254740991,"default":16,"type":"integer"},"max_queue":{"minimum":0,"maximum":9007199254740991,"default":256,"type":"integer"},"queue_timeout_ms":{"minimum":1,"maximum":2073600000,"default":30000,"type":"integer"},"max_result_bytes":{"minimum":256,"maximum":9007199254740991,"default":65536,"type":"integer"}}},"auth":{"additionalProperties":false,"default":{},"type":"object","required":["tokens","disabled"],"properties":{"tokens":{"default":[],"type":"array","items":{"additionalProperties":false,"type":"object","required":["token","tenant","allowed_tools"],"properties":{"token":{"minLength":1,"pattern":"^[\\x21-\\x7E]+$","type":"string"},"tenant":{"minLength":1,"maxLength":128,"type":"string"},"allowed_tools":{"default":["*"],"type":"array","items":{"type":"string"}}}}},"tokens_file":{"type":"string"},"disabled":{"default":false,"type":"boolean"}}},"sandbox":{"additionalProperties":false,"default":{},"type":"object","required":["mode","network","cpu_seconds","max_file_bytes","max_processes","max_memory_bytes","tmp_bytes"],"properties":{"mode":{"type":"string","enum":["auto","bwrap","none"],"default":"auto"},"network":{"default":false,"type":"boolean"},"cpu_seconds":{"minimum":1,"maximum":9007199254740991,"default":600,"type":"integer"},"max_file_bytes":{"minimum":1024,"maximum":9007199254740991,"default":1073741824,"type":"integer"},"max_processes":{"minimum":1,"maximum":4194304,"default":256,"type":"integer"},"max_memory_bytes":{"minimum":16777216,"maximum":9007199254740991,"default":4294967296,"type":"integer"},"tmp_bytes":{"minimum":4096,"maximum":9007199254740991,"default":67108864,"type":"integer"}}},"tools":{"additionalProperties":false,"default":{},"type":"object","required":["exec_shell","processes","spawn","web_fetch","web_search","dirs","executable_timeout_seconds","stub","mcp_servers"],"properties":{"builtin":{"type":"array","items":{"type":"string"}},"exec_shell":{"additionalProperties":false,"default":{},"type":"object","required":["timeout_default","timeout_max"],"properties":{"timeout_default":{"minimum":1,"maximum":2073600,"default":30,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":300,"type":"integer"},"denylist":{"type":"array","items":{"type":"string"}}}},"processes":{"additionalProperties":false,"default":{},"type":"object","required":["max_per_workspace","timeout_default","timeout_max","max_output_bytes","keep_ended"],"properties":{"max_per_workspace":{"minimum":1,"maximum":9007199254740991,"default":8,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":3600,"type":"integer"},"timeout_max":{"minimum":1,"maximum":2073600,"default":86400,"type":"integer"},"max_output_bytes":{"minimum":1024,"maximum":9007199254740991,"default":1048576,"type":"integer"},"keep_ended":{"minimum":0,"maximum":9007199254740991,"default":50,"type":"integer"}}},"spawn":{"additionalProperties":false,"default":{},"type":"object","required":["max_concurrent","timeout_default"],"properties":{"max_concurrent":{"minimum":1,"maximum":9007199254740991,"default":5,"type":"integer"},"timeout_default":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"}}},"web_fetch":{"additionalProperties":false,"default":{},"type":"object","required":["max_bytes","allow_private_networks"],"properties":{"max_bytes":{"minimum":1,"maximum":9007199254740991,"default":10485760,"type":"integer"},"allow_private_networks":{"default":false,"type":"boolean"}}},"web_search":{"additionalProperties":false,"default":{},"type":"object","properties":{"endpoint":{"type":"string"}}},"dirs":{"default":[],"type":"array","items":{"type":"string"}},"executable_timeout_seconds":{"minimum":1,"maximum":2073600,"default":60,"type":"integer"},"stub":{"default":false,"type":"boolean"},"mcp_servers":{"default":{},"additionalProperties":false,"type":"object","patternProperties":{"^[A-Za-z0-9_-]+$":{"additionalProperties":false,"type":"object","required":["args","env","internal_only","timeout_ms"],"properties":{"command":{"type":"string"},"args":{"default":[],"type":"array","items":{"type":"string"}},"env":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"type":"string"}}},"url":{"type":"string"},"internal_only":{"default":true,"type":"boolean"},"timeout_ms":{"minimum":1,"maximum":2073600000,"default":60000,"type":"integer"}}}}}}},"channels":{"default":{},"type":"object","patternProperties":{"^(.*)$":{"additionalProperties":false,"type":"object","required":["webhook"],"properties":{"webhook":{"type":"string"}}}}},"logging":{"additionalProperties":false,"default":{},"type":"object","required":["level"],"properties":{"level":{"type":"string","enum":["fatal","error","warn","info","debug","trace","silent"],"default":"info"}}}}};
 const func2 = Object.prototype.hasOwnProperty;
 const func4 = ucs2length;
 const pattern0 = new RegExp("^https?://[^/?#]+/?$", "u");
@@ -138,9 +138,15 @@ return false;
 }
 if(errors === _errs9){
 if(typeof data3 == "number"){
+if(data3 > 9007199254740991 || isNaN(data3)){
+validate10.errors = [{instancePath:instancePath+"/server/body_limit_bytes",schemaPath:"#/properties/server/properties/body_limit_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data3 < 1024 || isNaN(data3)){
 validate10.errors = [{instancePath:instancePath+"/server/body_limit_bytes",schemaPath:"#/properties/server/properties/body_limit_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1024},message:"must be >= 1024"}];
 return false;
+}
 }
 }
 }
@@ -198,9 +204,15 @@ return false;
 }
 if(errors === _errs15){
 if(typeof data6 == "number"){
+if(data6 > 9007199254740991 || isNaN(data6)){
+validate10.errors = [{instancePath:instancePath+"/server/max_header_bytes",schemaPath:"#/properties/server/properties/max_header_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data6 < 1024 || isNaN(data6)){
 validate10.errors = [{instancePath:instancePath+"/server/max_header_bytes",schemaPath:"#/properties/server/properties/max_header_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1024},message:"must be >= 1024"}];
 return false;
+}
 }
 }
 }
@@ -214,9 +226,15 @@ return false;
 }
 if(errors === _errs17){
 if(typeof data7 == "number"){
+if(data7 > 9007199254740991 || isNaN(data7)){
+validate10.errors = [{instancePath:instancePath+"/server/max_mcp_sessions",schemaPath:"#/properties/server/properties/max_mcp_sessions/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data7 < 1 || isNaN(data7)){
 validate10.errors = [{instancePath:instancePath+"/server/max_mcp_sessions",schemaPath:"#/properties/server/properties/max_mcp_sessions/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -252,9 +270,15 @@ return false;
 }
 if(errors === _errs21){
 if(typeof data9 == "number"){
+if(data9 > 31536000 || isNaN(data9)){
+validate10.errors = [{instancePath:instancePath+"/server/idempotency_ttl_seconds",schemaPath:"#/properties/server/properties/idempotency_ttl_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000"}];
+return false;
+}
+else {
 if(data9 < 1 || isNaN(data9)){
 validate10.errors = [{instancePath:instancePath+"/server/idempotency_ttl_seconds",schemaPath:"#/properties/server/properties/idempotency_ttl_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -371,9 +395,15 @@ return false;
 }
 if(errors === _errs32){
 if(typeof data14 == "number"){
+if(data14 > 31536000 || isNaN(data14)){
+validate10.errors = [{instancePath:instancePath+"/workspaces/ttl_seconds",schemaPath:"#/properties/workspaces/properties/ttl_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 31536000},message:"must be <= 31536000"}];
+return false;
+}
+else {
 if(data14 < 1 || isNaN(data14)){
 validate10.errors = [{instancePath:instancePath+"/workspaces/ttl_seconds",schemaPath:"#/properties/workspaces/properties/ttl_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -409,9 +439,15 @@ return false;
 }
 if(errors === _errs36){
 if(typeof data16 == "number"){
+if(data16 > 9007199254740991 || isNaN(data16)){
+validate10.errors = [{instancePath:instancePath+"/workspaces/max_archive_entries",schemaPath:"#/properties/workspaces/properties/max_archive_entries/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data16 < 1 || isNaN(data16)){
 validate10.errors = [{instancePath:instancePath+"/workspaces/max_archive_entries",schemaPath:"#/properties/workspaces/properties/max_archive_entries/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -425,9 +461,15 @@ return false;
 }
 if(errors === _errs38){
 if(typeof data17 == "number"){
+if(data17 > 9007199254740991 || isNaN(data17)){
+validate10.errors = [{instancePath:instancePath+"/workspaces/max_archive_bytes",schemaPath:"#/properties/workspaces/properties/max_archive_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data17 < 1 || isNaN(data17)){
 validate10.errors = [{instancePath:instancePath+"/workspaces/max_archive_bytes",schemaPath:"#/properties/workspaces/properties/max_archive_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -441,9 +483,15 @@ return false;
 }
 if(errors === _errs40){
 if(typeof data18 == "number"){
+if(data18 > 9007199254740991 || isNaN(data18)){
+validate10.errors = [{instancePath:instancePath+"/workspaces/max_per_tenant",schemaPath:"#/properties/workspaces/properties/max_per_tenant/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data18 < 1 || isNaN(data18)){
 validate10.errors = [{instancePath:instancePath+"/workspaces/max_per_tenant",schemaPath:"#/properties/workspaces/properties/max_per_tenant/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -457,9 +505,15 @@ return false;
 }
 if(errors === _errs42){
 if(typeof data19 == "number"){
+if(data19 > 9007199254740991 || isNaN(data19)){
+validate10.errors = [{instancePath:instancePath+"/workspaces/max_bytes",schemaPath:"#/properties/workspaces/properties/max_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data19 < 1024 || isNaN(data19)){
 validate10.errors = [{instancePath:instancePath+"/workspaces/max_bytes",schemaPath:"#/properties/workspaces/properties/max_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1024},message:"must be >= 1024"}];
 return false;
+}
 }
 }
 }
@@ -604,9 +658,15 @@ return false;
 }
 if(errors === _errs56){
 if(typeof data25 == "number"){
+if(data25 > 9007199254740991 || isNaN(data25)){
+validate10.errors = [{instancePath:instancePath+"/limits/max_concurrent",schemaPath:"#/properties/limits/properties/max_concurrent/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data25 < 1 || isNaN(data25)){
 validate10.errors = [{instancePath:instancePath+"/limits/max_concurrent",schemaPath:"#/properties/limits/properties/max_concurrent/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -620,9 +680,15 @@ return false;
 }
 if(errors === _errs58){
 if(typeof data26 == "number"){
+if(data26 > 9007199254740991 || isNaN(data26)){
+validate10.errors = [{instancePath:instancePath+"/limits/max_queue",schemaPath:"#/properties/limits/properties/max_queue/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data26 < 0 || isNaN(data26)){
 validate10.errors = [{instancePath:instancePath+"/limits/max_queue",schemaPath:"#/properties/limits/properties/max_queue/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"}];
 return false;
+}
 }
 }
 }
@@ -658,9 +724,15 @@ return false;
 }
 if(errors === _errs62){
 if(typeof data28 == "number"){
+if(data28 > 9007199254740991 || isNaN(data28)){
+validate10.errors = [{instancePath:instancePath+"/limits/max_result_bytes",schemaPath:"#/properties/limits/properties/max_result_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data28 < 256 || isNaN(data28)){
 validate10.errors = [{instancePath:instancePath+"/limits/max_result_bytes",schemaPath:"#/properties/limits/properties/max_result_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 256},message:"must be >= 256"}];
 return false;
+}
 }
 }
 }
@@ -930,9 +1002,15 @@ return false;
 }
 if(errors === _errs91){
 if(typeof data41 == "number"){
+if(data41 > 9007199254740991 || isNaN(data41)){
+validate10.errors = [{instancePath:instancePath+"/sandbox/cpu_seconds",schemaPath:"#/properties/sandbox/properties/cpu_seconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data41 < 1 || isNaN(data41)){
 validate10.errors = [{instancePath:instancePath+"/sandbox/cpu_seconds",schemaPath:"#/properties/sandbox/properties/cpu_seconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -946,9 +1024,15 @@ return false;
 }
 if(errors === _errs93){
 if(typeof data42 == "number"){
+if(data42 > 9007199254740991 || isNaN(data42)){
+validate10.errors = [{instancePath:instancePath+"/sandbox/max_file_bytes",schemaPath:"#/properties/sandbox/properties/max_file_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data42 < 1024 || isNaN(data42)){
 validate10.errors = [{instancePath:instancePath+"/sandbox/max_file_bytes",schemaPath:"#/properties/sandbox/properties/max_file_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1024},message:"must be >= 1024"}];
 return false;
+}
 }
 }
 }
@@ -962,9 +1046,15 @@ return false;
 }
 if(errors === _errs95){
 if(typeof data43 == "number"){
+if(data43 > 4194304 || isNaN(data43)){
+validate10.errors = [{instancePath:instancePath+"/sandbox/max_processes",schemaPath:"#/properties/sandbox/properties/max_processes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 4194304},message:"must be <= 4194304"}];
+return false;
+}
+else {
 if(data43 < 1 || isNaN(data43)){
 validate10.errors = [{instancePath:instancePath+"/sandbox/max_processes",schemaPath:"#/properties/sandbox/properties/max_processes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -978,9 +1068,15 @@ return false;
 }
 if(errors === _errs97){
 if(typeof data44 == "number"){
+if(data44 > 9007199254740991 || isNaN(data44)){
+validate10.errors = [{instancePath:instancePath+"/sandbox/max_memory_bytes",schemaPath:"#/properties/sandbox/properties/max_memory_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data44 < 16777216 || isNaN(data44)){
 validate10.errors = [{instancePath:instancePath+"/sandbox/max_memory_bytes",schemaPath:"#/properties/sandbox/properties/max_memory_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 16777216},message:"must be >= 16777216"}];
 return false;
+}
 }
 }
 }
@@ -994,9 +1090,15 @@ return false;
 }
 if(errors === _errs99){
 if(typeof data45 == "number"){
+if(data45 > 9007199254740991 || isNaN(data45)){
+validate10.errors = [{instancePath:instancePath+"/sandbox/tmp_bytes",schemaPath:"#/properties/sandbox/properties/tmp_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data45 < 4096 || isNaN(data45)){
 validate10.errors = [{instancePath:instancePath+"/sandbox/tmp_bytes",schemaPath:"#/properties/sandbox/properties/tmp_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 4096},message:"must be >= 4096"}];
 return false;
+}
 }
 }
 }
@@ -1245,9 +1347,15 @@ return false;
 }
 if(errors === _errs122){
 if(typeof data55 == "number"){
+if(data55 > 9007199254740991 || isNaN(data55)){
+validate10.errors = [{instancePath:instancePath+"/tools/processes/max_per_workspace",schemaPath:"#/properties/tools/properties/processes/properties/max_per_workspace/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data55 < 1 || isNaN(data55)){
 validate10.errors = [{instancePath:instancePath+"/tools/processes/max_per_workspace",schemaPath:"#/properties/tools/properties/processes/properties/max_per_workspace/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -1305,9 +1413,15 @@ return false;
 }
 if(errors === _errs128){
 if(typeof data58 == "number"){
+if(data58 > 9007199254740991 || isNaN(data58)){
+validate10.errors = [{instancePath:instancePath+"/tools/processes/max_output_bytes",schemaPath:"#/properties/tools/properties/processes/properties/max_output_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data58 < 1024 || isNaN(data58)){
 validate10.errors = [{instancePath:instancePath+"/tools/processes/max_output_bytes",schemaPath:"#/properties/tools/properties/processes/properties/max_output_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1024},message:"must be >= 1024"}];
 return false;
+}
 }
 }
 }
@@ -1321,9 +1435,15 @@ return false;
 }
 if(errors === _errs130){
 if(typeof data59 == "number"){
+if(data59 > 9007199254740991 || isNaN(data59)){
+validate10.errors = [{instancePath:instancePath+"/tools/processes/keep_ended",schemaPath:"#/properties/tools/properties/processes/properties/keep_ended/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data59 < 0 || isNaN(data59)){
 validate10.errors = [{instancePath:instancePath+"/tools/processes/keep_ended",schemaPath:"#/properties/tools/properties/processes/properties/keep_ended/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"}];
 return false;
+}
 }
 }
 }
@@ -1375,9 +1495,15 @@ return false;
 }
 if(errors === _errs135){
 if(typeof data61 == "number"){
+if(data61 > 9007199254740991 || isNaN(data61)){
+validate10.errors = [{instancePath:instancePath+"/tools/spawn/max_concurrent",schemaPath:"#/properties/tools/properties/spawn/properties/max_concurrent/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data61 < 1 || isNaN(data61)){
 validate10.errors = [{instancePath:instancePath+"/tools/spawn/max_concurrent",schemaPath:"#/properties/tools/properties/spawn/properties/max_concurrent/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }
@@ -1448,9 +1574,15 @@ return false;
 }
 if(errors === _errs142){
 if(typeof data64 == "number"){
+if(data64 > 9007199254740991 || isNaN(data64)){
+validate10.errors = [{instancePath:instancePath+"/tools/web_fetch/max_bytes",schemaPath:"#/properties/tools/properties/web_fetch/properties/max_bytes/maximum",keyword:"maximum",params:{comparison: "<=", limit: 9007199254740991},message:"must be <= 9007199254740991"}];
+return false;
+}
+else {
 if(data64 < 1 || isNaN(data64)){
 validate10.errors = [{instancePath:instancePath+"/tools/web_fetch/max_bytes",schemaPath:"#/properties/tools/properties/web_fetch/properties/max_bytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"}];
 return false;
+}
 }
 }
 }

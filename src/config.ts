@@ -6,7 +6,7 @@
  * a problem becomes one line naming the key.
  */
 import { constants } from 'node:fs'
-import { open, readFile } from 'node:fs/promises'
+import { open } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import type { ErrorObject, ValidateFunction } from 'ajv'
@@ -63,7 +63,7 @@ function yamlProblem (error: unknown, text: string): string {
 }
 
 /** Validates a parsed config object (filling defaults) or throws ConfigError. */
-export function parseConfig (raw: unknown): Config {
+export function parseConfig (raw: unknown, base = process.cwd()): Config {
   const value = raw ?? {}
   if (typeof value !== 'object' || Array.isArray(value)) throw new ConfigError('config: the top level must be a mapping')
   const copy = structuredClone(value)
@@ -80,7 +80,23 @@ export function parseConfig (raw: unknown): Config {
   // Empty is unset, as web_search takes it.
   if (copy.tools.web_search.endpoint) checkOutgoingUrl('tools.web_search.endpoint', copy.tools.web_search.endpoint)
   for (const [name, channel] of Object.entries(copy.channels)) checkOutgoingUrl(`channels.${name}.webhook`, channel.webhook)
-  return { ...copy, workspaces: { ...copy.workspaces, root: copy.workspaces.root ?? path.join(os.tmpdir(), 'toolport-workspaces') } }
+  const config = resolvePaths({ ...copy, workspaces: { ...copy.workspaces, root: copy.workspaces.root ?? path.join(os.tmpdir(), 'toolport-workspaces') } }, base)
+  checkEphemeralRoot(config.workspaces)
+  return config
+}
+
+/**
+ * The ephemeral root is emptied at start and swept of what no call holds:
+ * it must not be the root, a directory above it, or one inside it other
+ * than its own `ephemeral` (the default), or persistent workspaces would go.
+ */
+function checkEphemeralRoot ({ root, ephemeral_root: ephemeral }: Config['workspaces']): void {
+  if (ephemeral === undefined || ephemeral === path.join(root, 'ephemeral')) return
+  // Both are resolved: one holds the other when it is a prefix of it that ends at a separator.
+  const holds = (outer: string, inner: string): boolean => inner === outer || inner.startsWith(outer.endsWith(path.sep) ? outer : outer + path.sep)
+  if (holds(ephemeral, root) || holds(root, ephemeral)) {
+    throw new ConfigError(`config: workspaces.ephemeral_root: ${ephemeral} overlaps workspaces.root (${root}); it is emptied at start, so it must be a directory of its own, or ${path.join(root, 'ephemeral')}`)
+  }
 }
 
 /**
@@ -106,11 +122,13 @@ export function defaultConfig (): Config {
 
 /** A Kubernetes Secret holds at most 1 MiB: a tokens file is never larger. */
 const MAX_TOKENS_FILE_BYTES = 1024 * 1024
+/** Far more than any configuration: a larger file is a mistake (`/dev/zero`, a log). */
+const MAX_CONFIG_FILE_BYTES = 16 * 1024 * 1024
 
 /**
- * A regular file's text, read only when it is one and at most `maxBytes`
- * long: a FIFO put in its place would block the reading (and the start,
- * or every later reload) until someone writes to it.
+ * A regular file's UTF-8 text, read only when it is one and at most
+ * `maxBytes` long: a FIFO put in its place would block the reading (and
+ * the start, or every later reload) until someone writes to it.
  */
 async function readSmallFile (file: string, maxBytes: number): Promise<string> {
   const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK)
@@ -118,7 +136,11 @@ async function readSmallFile (file: string, maxBytes: number): Promise<string> {
     const stat = await handle.stat()
     if (!stat.isFile()) throw Object.assign(new Error('not a regular file'), { code: 'not a regular file' })
     if (stat.size > maxBytes) throw Object.assign(new Error('too large'), { code: `larger than ${maxBytes} bytes` })
-    return await handle.readFile('utf8')
+    // Strictly: a path or token holding bytes that are not UTF-8 would silently become another one.
+    return new TextDecoder('utf-8', { fatal: true }).decode(await handle.readFile())
+  } catch (error) {
+    if (error instanceof TypeError) throw Object.assign(new Error('not UTF-8'), { code: 'not UTF-8 text' })
+    throw error
   } finally {
     await handle.close()
   }
@@ -168,7 +190,7 @@ export function authIsOn (auth: Config['auth']): boolean {
 export async function loadConfigFile (file: string): Promise<Config> {
   let text: string
   try {
-    text = await readFile(file, 'utf8')
+    text = await readSmallFile(file, MAX_CONFIG_FILE_BYTES)
   } catch (error) {
     throw new ConfigError(`config: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'error'}`)
   }
@@ -182,13 +204,13 @@ export async function loadConfigFile (file: string): Promise<Config> {
     const shown = /\.json$/i.test(file) ? message.replace(/, (?:\.\.\.)?".*/s, ' (not valid JSON)').split('\n')[0] : yamlProblem(error, text)
     throw new ConfigError(`config: cannot parse ${file}: ${shown}`)
   }
-  return resolvePaths(parseConfig(raw), path.dirname(path.resolve(file)))
+  return parseConfig(raw, path.dirname(path.resolve(file)))
 }
 
 /**
  * Relative paths in a config file are relative to the file's own directory
  * (as in docker-compose), so the service finds them whatever directory it
- * was started from.
+ * was started from; without a file, to the working directory.
  */
 function resolvePaths (config: Config, base: string): Config {
   const resolve = (p: string) => path.resolve(base, p)

@@ -89,6 +89,39 @@ describe('config', () => {
     }
   })
 
+  it('takes only integers JavaScript holds exactly, and limits a kernel or a date can take', async () => {
+    expect(messageOf(() => parseConfig({ server: { body_limit_bytes: Infinity } }))).toBe(`config: server.body_limit_bytes: must be <= ${Number.MAX_SAFE_INTEGER}`)
+    expect(messageOf(() => parseConfig({ limits: { max_result_bytes: 1e300 } }))).toBe(`config: limits.max_result_bytes: must be <= ${Number.MAX_SAFE_INTEGER}`)
+    expect(messageOf(() => parseConfig({ sandbox: { cpu_seconds: 1e21 } }))).toBe(`config: sandbox.cpu_seconds: must be <= ${Number.MAX_SAFE_INTEGER}`)
+    expect(messageOf(() => parseConfig({ sandbox: { max_processes: 5_000_000 } }))).toBe('config: sandbox.max_processes: must be <= 4194304')
+    expect(messageOf(() => parseConfig({ workspaces: { ttl_seconds: 1e13 } }))).toBe('config: workspaces.ttl_seconds: must be <= 31536000')
+    expect(messageOf(() => parseConfig({ server: { idempotency_ttl_seconds: Infinity } }))).toBe('config: server.idempotency_ttl_seconds: must be <= 31536000')
+    // As a file says it: YAML's .inf and JSON's 1e400.
+    const dir = await tempDir()
+    await writeFile(path.join(dir, 'inf.yaml'), 'server:\n  max_header_bytes: .inf\n')
+    await writeFile(path.join(dir, 'inf.json'), '{"limits": {"max_queue": 1e400}}')
+    await expect(loadConfigFile(path.join(dir, 'inf.yaml'))).rejects.toThrow(/^config: server\.max_header_bytes: must be <= \d+$/)
+    await expect(loadConfigFile(path.join(dir, 'inf.json'))).rejects.toThrow(/^config: limits\.max_queue: must be <= \d+$/)
+  })
+
+  it('refuses an ephemeral root that is, holds or lies inside the workspaces root (it is emptied at start)', () => {
+    for (const ephemeral of ['/srv/ws', '/srv', '/', '/srv/ws/tenants', '/srv/ws/x/y']) {
+      expect(messageOf(() => parseConfig({ workspaces: { root: '/srv/ws', ephemeral_root: ephemeral } }))).toMatch(/^config: workspaces\.ephemeral_root: .* overlaps workspaces\.root \(\/srv\/ws\)/)
+    }
+    for (const ephemeral of ['/srv/ws/ephemeral', '/srv/ws-eph', '/tmp/eph', '/srv/w']) {
+      expect(parseConfig({ workspaces: { root: '/srv/ws', ephemeral_root: ephemeral } }).workspaces.ephemeral_root).toBe(ephemeral)
+    }
+  })
+
+  it('reads a config file only when it is a regular file of UTF-8 text', async () => {
+    const dir = await tempDir()
+    execFileSync('mkfifo', [path.join(dir, 'fifo.yaml')])
+    await expect(loadConfigFile(path.join(dir, 'fifo.yaml'))).rejects.toThrow(/^config: cannot read .*fifo\.yaml: not a regular file$/)
+    await expect(loadConfigFile('/dev/zero')).rejects.toThrow(/^config: cannot read \/dev\/zero: not a regular file$/)
+    await writeFile(path.join(dir, 'latin1.yaml'), Buffer.from('workspaces:\n  root: /tmp/caf\xe9\n', 'latin1'))
+    await expect(loadConfigFile(path.join(dir, 'latin1.yaml'))).rejects.toThrow(/^config: cannot read .*latin1\.yaml: not UTF-8 text$/)
+  })
+
   it('resolves relative paths of a file against the file\'s directory', async () => {
     const dir = await tempDir()
     await writeFile(path.join(dir, 'c.yaml'), 'tools: { dirs: [tools, /abs/tools] }\nworkspaces: { root: ./ws }\nauth: { tokens_file: secrets/tokens.yaml }\n')

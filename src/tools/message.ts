@@ -11,6 +11,7 @@ import type { Config } from '../config.ts'
 import type { AnyTool } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
+import { clipText } from '../execution/truncate.ts'
 
 /** What one channel's queue holds at most: so many messages, and so many bytes of them. */
 export const MAX_QUEUED_MESSAGES = 1000
@@ -91,8 +92,8 @@ class WebhookSender {
       }
       if (attempt < SEND_ATTEMPTS && !this.#closing) await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt))
     }
-    // Never the content: it may be private.
-    this.#log.warn({ channel: message.channel, chat_id: message.chat_id }, 'message not delivered after retries')
+    // Never the content: it may be private. The caller's chat_id is cut short, as the log is no place for megabytes.
+    this.#log.warn({ channel: message.channel, chat_id: clipText(message.chat_id, 200) }, 'message not delivered after retries')
   }
 }
 

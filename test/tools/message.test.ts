@@ -90,6 +90,19 @@ describe('message', () => {
     expect([sink.requests.length, target.requests.length]).toEqual([1, 0])
   })
 
+  it('logs an undelivered message\'s chat_id cut short: what a caller sends never reaches the log unbounded', async () => {
+    const failing = await startHttpServer((_request, response) => { response.writeHead(500).end() })
+    const lines: Array<Record<string, unknown>> = []
+    const log = pino({ level: 'debug' }, { write: (line: string) => { lines.push(JSON.parse(line)) } })
+    const { tool, close } = createMessageTool({ ops: { webhook: `${failing.base}/hook` } }, log)
+    onCleanup(() => close())
+    await tool.execute({ channel: 'ops', chat_id: 'c'.repeat(1_000_000), content: 'x' }, await toolContext())
+    await eventually(() => lines.some((line) => line['msg'] === 'message not delivered after retries'))
+    const chatId = String(lines.find((line) => line['msg'] === 'message not delivered after retries')?.['chat_id'])
+    expect(chatId.startsWith('ccc')).toBe(true)
+    expect(chatId.length).toBeLessThanOrEqual(201)
+  })
+
   it('refuses an unknown channel as InvalidArgs naming the configured ones', async () => {
     const app = await buildTestApp({ channels: { ops: { webhook: 'http://127.0.0.1:1/a' }, alerts: { webhook: 'http://127.0.0.1:1/b' } } })
     const problem = expectProblem(await exec(app, 'message', { channel: 'telegram', chat_id: '1', content: 'x' }), 400, 'InvalidArgs', 'message')
