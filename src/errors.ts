@@ -75,7 +75,8 @@ export class ToolError extends Error {
     this.name = 'ToolError'
     this.code = code
     this.extra = options.extra ?? {}
-    this.retryAfterSeconds = options.retryAfterSeconds
+    // Every Overloaded answer says when to come back (the contract's rule): a second, unless the thrower knows better.
+    this.retryAfterSeconds = options.retryAfterSeconds ?? (code === 'Overloaded' ? 1 : undefined)
   }
 
   get status (): number {

@@ -11,6 +11,9 @@ import type { FunctionTool, ResponseInputItem } from 'openai/resources/responses
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { FIXTURE } from '../sources/mcp-helpers.ts'
+import { describeJson, placeTool, shTool, toolsDir } from '../sources/helpers.ts'
+import net from 'node:net'
+import { listening } from '../support/listening.ts'
 import { strictViolations } from '../support/openai-strict.ts'
 
 const ALL = { tools: { builtin: ['*'] } }
@@ -197,5 +200,38 @@ describe('each tool as an OpenAPI operation', () => {
     const deep = await app.inject({ method: 'POST', url: '/v1/tools/odd__deep_result/invoke', payload: {} })
     expect(deep.statusCode).toBe(500)
     expect(deep.json()).toMatchObject({ code: 'ExecutionFailed', detail: 'the tool\'s result is nested more than 200 levels deep' })
+  })
+})
+
+describe('POST /v1/tools/{name}/invoke, as its OpenAPI document says', () => {
+  it('answers a text result as the JSON string it is, as every other result', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'texty', shTool(describeJson('texty'), 'case "$1" in *str*) echo \'"a json string"\';; *empty*) ;; *) echo "plain text, not json";; esac'))
+    const app = await buildTestApp({ tools: { dirs: [dir] } })
+    for (const [mode, result] of [['text', 'plain text, not json\n'], ['str', 'a json string'], ['empty', '']] as const) {
+      const answer = await app.inject({ method: 'POST', url: '/v1/tools/texty/invoke', payload: { mode } })
+      expect(answer.statusCode, answer.body).toBe(200)
+      expect(answer.headers['content-type']).toMatch(/^application\/json/)
+      expect(answer.json()).toBe(result)
+    }
+  })
+
+  it('refuses Toolport-Workspace given twice (Node would join the two into a third workspace)', async () => {
+    const app = await buildTestApp()
+    const base = await listening(app)
+    const { port } = new URL(base)
+    const body = JSON.stringify({ command: 'pwd' })
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(port), '127.0.0.1', () => {
+        socket.end(`POST /v1/tools/exec_shell/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nToolport-Workspace: a\r\ntoolport-workspace: b\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`)
+      })
+      let answer = ''
+      socket.on('data', (chunk: Buffer) => { answer += chunk.toString('utf8') })
+      socket.on('end', () => resolve(answer))
+      socket.on('error', reject)
+    })
+    expect(raw).toMatch(/^HTTP\/1\.1 400 /)
+    expect(raw).toContain('Toolport-Workspace must be given once')
+    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/a,%20b' })).statusCode).toBe(404)
   })
 })

@@ -92,6 +92,10 @@ describe('POST /v1/tool-calls', () => {
     expectProblem(await batch(app, { calls: 'not-a-list' }), 400, 'BadRequest')
     expectProblem(await batch(app, {}), 400, 'BadRequest')
     expectProblem(await batch(app, { calls: [], workspace: 'a/b' }), 400, 'InvalidArgs')
+    // An id that is no string is refused for its call, never replaced by one the caller did not send.
+    const numbered = (await batch(app, { format: 'openai', calls: [{ id: 5, name: 'read_file', arguments: { path: 'x' } }, { id: 'kept', name: 'read_file', arguments: { path: 'x' } }] })).body
+    expect(numbered.results[0]).toMatchObject({ ok: false, status: 400, error: { code: 'InvalidArgs', detail: 'calls[0].id must be a string' } })
+    expect(numbered.results[1]).toMatchObject({ id: 'kept', status: 404 })
     const notObject = await app.inject({ method: 'POST', url: '/v1/tool-calls', headers: { 'content-type': 'application/json' }, payload: '[]' })
     expectProblem({ status: notObject.statusCode, body: notObject.json(), headers: notObject.headers }, 400, 'BadRequest')
   })

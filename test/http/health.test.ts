@@ -37,6 +37,12 @@ describe('operations endpoints', () => {
     const ready = await app.inject({ method: 'GET', url: '/readyz' })
     expect(ready.statusCode).toBe(503)
     expect(ready.json()).toMatchObject({ code: 'Overloaded', readiness: 'draining' })
+    // Every Overloaded answer says when to come back: /readyz's, and a new MCP session's.
+    expect(ready.headers['retry-after']).toBe('1')
+    const session = await app.inject({ method: 'POST', url: '/mcp', headers: { accept: 'application/json, text/event-stream' }, payload: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } } })
+    expect(session.statusCode).toBe(503)
+    expect(session.json()).toMatchObject({ code: 'Overloaded' })
+    expect(session.headers['retry-after']).toBe('1')
     const call = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { arguments: { path: 'a' } } })
     expect(call.statusCode).toBe(503)
     expect(call.headers['retry-after']).toBeDefined()

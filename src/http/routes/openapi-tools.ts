@@ -8,6 +8,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { AnyTool } from '../../execution/tool.ts'
 import { authIsOn } from '../../config.ts'
+import { ToolError } from '../../errors.ts'
 import type { Runtime } from '../../runtime.ts'
 import { VERSION } from '../../version.ts'
 import { runOneCall } from '../caller.ts'
@@ -115,8 +116,13 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
       response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
   }, async (request, reply) => {
+    // Node joins a repeated header with ", ": two workspaces named would make a third.
+    const named = request.raw.rawHeaders.filter((value, index) => index % 2 === 0 && value.toLowerCase() === WORKSPACE_HEADER).length
+    if (named > 1) throw new ToolError('BadRequest', 'Toolport-Workspace must be given once')
     const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: request.body }, request.headers[WORKSPACE_HEADER])
     if (!outcome.ok) return sendProblem(request, reply, outcome.error)
+    // A string result is sent as the JSON string it is (Fastify would send it raw, as text/plain).
+    if (typeof outcome.result === 'string') return reply.type('application/json; charset=utf-8').send(JSON.stringify(outcome.result))
     return outcome.result
   })
 }
