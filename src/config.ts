@@ -80,6 +80,8 @@ export function parseConfig (raw: unknown, base = process.cwd()): Config {
   // Empty is unset, as web_search takes it.
   if (copy.tools.web_search.endpoint) checkOutgoingUrl('tools.web_search.endpoint', copy.tools.web_search.endpoint)
   for (const [name, channel] of Object.entries(copy.channels)) checkOutgoingUrl(`channels.${name}.webhook`, channel.webhook)
+  // The address other instances send this one's requests to.
+  if (copy.server.advertise_url !== undefined) checkOutgoingUrl('server.advertise_url', copy.server.advertise_url)
   const config = resolvePaths({ ...copy, workspaces: { ...copy.workspaces, root: copy.workspaces.root ?? path.join(os.tmpdir(), 'toolport-workspaces') } }, base)
   checkEphemeralRoot(config.workspaces)
   return config

@@ -49,6 +49,7 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ channels: { ops: { webhook: 'hooks.example/h' } } }))).toBe('config: channels.ops.webhook: must be an http(s) URL')
     expect(parseConfig({ tools: { web_search: { endpoint: 'http://127.0.0.1:8888/search?apikey=k' } }, channels: { ops: { webhook: 'https://hooks.example/h?k=1' } } }).channels['ops']?.webhook).toBe('https://hooks.example/h?k=1')
     expect(parseConfig({ tools: { web_search: { endpoint: '' } } }).tools.web_search.endpoint).toBe('')
+    expect(messageOf(() => parseConfig({ server: { advertise_url: 'http://user@10.0.3.7:8080' } }))).toMatch(/^config: server\.advertise_url: must not hold a user or password/)
     expect(messageOf(() => parseConfig([]))).toMatch(/top level/)
     // A duration past what a timer takes (about 24.8 days, less what the service adds) would fire at once.
     expect(messageOf(() => parseConfig({ tools: { processes: { timeout_max: 3_000_000 } } }))).toBe('config: tools.processes.timeout_max: must be <= 2073600')
