@@ -79,8 +79,8 @@ export const ConfigSchema = Type.Object({
     max_bytes: int(1024, 1024 * 1024 * 1024),
     /** Per-tenant overrides of the two quotas above. */
     tenant_quotas: Type.Record(Type.String(), Type.Object({
-      max_workspaces: Type.Optional(Type.Integer({ minimum: 1 })),
-      max_workspace_bytes: Type.Optional(Type.Integer({ minimum: 1024 })),
+      max_workspaces: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER })),
+      max_workspace_bytes: Type.Optional(Type.Integer({ minimum: 1024, maximum: Number.MAX_SAFE_INTEGER })),
     }, strict), { default: {} }),
   }),
   limits: section({

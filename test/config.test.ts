@@ -97,6 +97,7 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ sandbox: { max_processes: 5_000_000 } }))).toBe('config: sandbox.max_processes: must be <= 4194304')
     expect(messageOf(() => parseConfig({ workspaces: { ttl_seconds: 1e13 } }))).toBe('config: workspaces.ttl_seconds: must be <= 31536000')
     expect(messageOf(() => parseConfig({ server: { idempotency_ttl_seconds: Infinity } }))).toBe('config: server.idempotency_ttl_seconds: must be <= 31536000')
+    expect(messageOf(() => parseConfig({ workspaces: { tenant_quotas: { acme: { max_workspace_bytes: Infinity } } } }))).toBe(`config: workspaces.tenant_quotas.acme.max_workspace_bytes: must be <= ${Number.MAX_SAFE_INTEGER}`)
     // As a file says it: YAML's .inf and JSON's 1e400.
     const dir = await tempDir()
     await writeFile(path.join(dir, 'inf.yaml'), 'server:\n  max_header_bytes: .inf\n')

@@ -56,8 +56,9 @@ export function parseCall (item: unknown, index: number): ParsedCall {
   }
   const id = callIdOf(item, index)
   if (item['type'] === 'function_call' && typeof item['call_id'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].call_id must be a string`)
-  // Not taken as its text: a number here would come back as a string id the caller never sent.
-  if (item['id'] !== undefined && typeof item['id'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].id must be a string`)
+  // Not taken as its text: a number here would come back as a string id the caller never sent. Null is absent
+  // (as a client's model dump writes an unset field); a Responses item's `id` is its item id, not the call's.
+  if (item['type'] !== 'function_call' && item['id'] !== undefined && item['id'] !== null && typeof item['id'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].id must be a string`)
   if (item['type'] === 'function' || isObject(item['function'])) {
     const fn = item['function']
     if (!isObject(fn) || typeof fn['name'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].function.name must be a string`)

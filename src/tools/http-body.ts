@@ -42,7 +42,8 @@ const DECODERS: Record<string, () => zlib.Zlib & Readable> = {
  * At most `maxBytes` of `body` decoded from the content-coding its answer
  * names (a list is undone from the last coding applied). A coding we cannot
  * undo, or a body that is not valid in its coding, is ExecutionFailed: its
- * bytes read as text would be noise.
+ * bytes read as text would be noise. An empty body is empty whatever its
+ * coding (a HEAD, a 204 or a 304 sent with its GET's headers).
  */
 export async function readDecoded (body: Readable, contentEncoding: string | undefined, maxBytes: number): Promise<CappedBody> {
   const codings = (contentEncoding ?? '').split(',').map((coding) => coding.trim().toLowerCase()).filter((coding) => coding !== '' && coding !== 'identity')
@@ -53,20 +54,48 @@ export async function readDecoded (body: Readable, contentEncoding: string | und
     body.once('error', () => {}).destroy()
     throw new ToolError('ExecutionFailed', `the body is encoded as ${JSON.stringify(unknown.slice(0, 40))}, which cannot be decoded (gzip, deflate and br can)`)
   }
-  const failedCoding = new WeakMap<Error, string>()
-  const decoders = codings.reverse().map((coding) => {
-    const decoder = (DECODERS[coding] as () => zlib.Zlib & Readable)()
-    decoder.once('error', (error) => failedCoding.set(error, coding))
+  const first = await firstChunk(body)
+  if (first === null) return { data: Buffer.alloc(0), complete: true }
+  // Which stage failed first: the body itself (a timeout, a cancellation, a reset) or a decoder.
+  let failure: { coding?: string } | undefined
+  body.once('error', () => { failure ??= {} })
+  const decoders = codings.reverse().map((coding, index) => {
+    // `deflate` as browsers take it: zlib-wrapped, or raw as some servers send it.
+    const decoder = coding === 'deflate' && index === 0 && !zlibWrapped(first) ? zlib.createInflateRaw() : (DECODERS[coding] as () => zlib.Zlib & Readable)()
+    decoder.once('error', () => { failure ??= { coding } })
     return decoder
   })
   try {
     // pipeline destroys every stage once the last is destroyed, as readCapped does when it has enough.
     return await readCapped(pipeline([body, ...decoders], () => {}) as unknown as Readable, maxBytes)
   } catch (error) {
-    const coding = failedCoding.get(error as Error)
-    if (coding !== undefined) throw new ToolError('ExecutionFailed', `the body is not valid ${coding}: ${(error as Error).message}`)
+    if (failure?.coding !== undefined) throw new ToolError('ExecutionFailed', `the body is not valid ${failure.coding}: ${(error as Error).message}`)
     throw error
   }
+}
+
+/** Whether bytes start with a zlib header (RFC 1950: method 8, a check that makes the pair a multiple of 31). */
+function zlibWrapped (bytes: Buffer): boolean {
+  return bytes.length < 2 || (((bytes[0] as number) & 0x0f) === 8 && (((bytes[0] as number) << 8) | (bytes[1] as number)) % 31 === 0)
+}
+
+/** The body's first chunk, put back to be read again; null when the body is empty. */
+function firstChunk (body: Readable): Promise<Buffer | null> {
+  return new Promise((resolve, reject) => {
+    const settle = (chunk: Buffer | null, error?: unknown): void => {
+      body.off('data', onData).off('end', onEnd).off('error', onError)
+      if (error !== undefined) reject(error)
+      else resolve(chunk)
+    }
+    const onData = (chunk: Buffer): void => {
+      body.pause()
+      body.unshift(chunk)
+      settle(chunk)
+    }
+    const onEnd = (): void => { settle(null) }
+    const onError = (error: unknown): void => { settle(null, error) }
+    body.on('data', onData).once('end', onEnd).once('error', onError)
+  })
 }
 
 /** `data` as text in the charset of `contentType`, UTF-8 when it names none or one this runtime does not know. */

@@ -96,6 +96,9 @@ describe('POST /v1/tool-calls', () => {
     const numbered = (await batch(app, { format: 'openai', calls: [{ id: 5, name: 'read_file', arguments: { path: 'x' } }, { id: 'kept', name: 'read_file', arguments: { path: 'x' } }] })).body
     expect(numbered.results[0]).toMatchObject({ ok: false, status: 400, error: { code: 'InvalidArgs', detail: 'calls[0].id must be a string' } })
     expect(numbered.results[1]).toMatchObject({ id: 'kept', status: 404 })
+    // Null is absent; a Responses item's own id (null, as a model dump writes it) is not its call id.
+    const nulls = (await batch(app, { calls: [{ id: null, name: 'read_file', arguments: { path: 'x' } }, { type: 'function_call', id: null, call_id: 'c1', name: 'read_file', arguments: '{"path":"x"}' }] })).body
+    expect(nulls.results.map((r: { id: string, status: number }) => [r.id, r.status])).toEqual([['call_0', 404], ['c1', 404]])
     const notObject = await app.inject({ method: 'POST', url: '/v1/tool-calls', headers: { 'content-type': 'application/json' }, payload: '[]' })
     expectProblem({ status: notObject.statusCode, body: notObject.json(), headers: notObject.headers }, 400, 'BadRequest')
   })

@@ -161,6 +161,31 @@ describe('web_fetch', () => {
     expect(bomb.body.result.body).toBe(`${'\u0000'.repeat(1000)}\n... (body truncated: showing first 1000 bytes)`)
   })
 
+  it('decodes raw deflate as browsers do, and takes an empty body as empty whatever its coding (HEAD, 204, 304)', async () => {
+    const server = await startHttpServer((request, response) => {
+      if (request.url === '/raw') response.writeHead(200, { 'content-encoding': 'deflate' }).end(zlib.deflateRawSync(Buffer.from('raw deflate')))
+      else if (request.url === '/none') response.writeHead(204, { 'content-encoding': 'gzip' }).end()
+      else if (request.url === '/cached') response.writeHead(304, { 'content-encoding': 'br' }).end()
+      else response.writeHead(200, { 'content-encoding': 'gzip', 'content-type': 'text/plain' }).end(request.method === 'HEAD' ? undefined : zlib.gzipSync('full'))
+    })
+    const app = await buildTestApp(OPEN)
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/raw` })).body.result).toMatchObject({ status: 200, body: 'raw deflate' })
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/none` })).body.result).toMatchObject({ status: 204, body: '', bytes: 0 })
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/cached` })).body.result).toMatchObject({ status: 304, body: '' })
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/gz`, method: 'HEAD' })).body.result).toMatchObject({ status: 200, body: '', content_type: 'text/plain' })
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/gz` })).body.result).toMatchObject({ status: 200, body: 'full' })
+  })
+
+  it('answers a compressed body that stalls as Timeout (504), not as a body that is not valid', async () => {
+    const stalled = await startHttpServer((_request, response) => {
+      response.writeHead(200, { 'content-encoding': 'gzip' })
+      response.write(zlib.gzipSync(Buffer.alloc(100_000, 'a')).subarray(0, 40))
+    })
+    const app = await buildTestApp(OPEN)
+    app.runtime.registry.setGroup('builtin', 'zz-test-web-fetch', [createWebFetchTool(app.runtime.config.tools.web_fetch, { timeoutMs: 500 })])
+    expectProblem(await exec(app, 'web_fetch', { url: `${stalled.base}/` }), 504, 'Timeout', 'web_fetch')
+  })
+
   it('answers a body it cannot decode as ExecutionFailed', async () => {
     const server = await startHttpServer((request, response) => {
       response.writeHead(200, { 'content-encoding': request.url === '/corrupt' ? 'gzip' : 'x-unknown' }).end('not compressed at all')
