@@ -52,6 +52,8 @@ export interface BwrapOptions {
   networks?: WorkspaceNetworks | undefined
 }
 
+/** What of /proc can change the whole host, not the sandbox (Docker's and runc's read-only list). */
+const KERNEL_SETTINGS = ['/proc/sys', '/proc/sysrq-trigger', '/proc/bus', '/proc/fs', '/proc/irq']
 /** bwrap's own processes inside a run's cgroup: the outer monitor and the namespace's init. */
 const BWRAP_PROCESSES = 2
 
@@ -105,6 +107,9 @@ export class BwrapRunner implements ProcessRunner {
       '--ro-bind', '/', '/',
       '--dev', '/dev',
       '--proc', '/proc',
+      // The kernel's settings, read-only as container runtimes keep them: a service run as root maps the
+      // sandbox's user to the host's root, whom /proc/sys lets change the host (kernel.core_pattern runs a program as root).
+      ...KERNEL_SETTINGS.flatMap((entry) => ['--ro-bind-try', entry, entry]),
       ...this.#scratch,
       ...ordered([
         ...hidden.dirs.map((dir) => ({ at: dir, args: ['--tmpfs', dir], hides: true })),

@@ -78,6 +78,15 @@ const MAX_FREE = 16
 /** Names are unique in the process, whichever runner makes them. */
 let counter = 0
 
+/** The processes the cgroup's pids.max counts now, zombies not yet reaped included. */
+function charged (dir: string): number {
+  try {
+    return Number(readFileSync(path.join(dir, 'pids.current'), 'utf8'))
+  } catch {
+    return 0
+  }
+}
+
 /** Kept cgroups are removed when the service exits (they are empty: nothing to kill). */
 function removeKept (): void {
   for (const dirs of free.values()) for (const dir of dirs) try { rmdirSync(dir) } catch {}
@@ -152,7 +161,9 @@ export class PidsCgroups {
       // Killed processes leave the cgroup once reaped, usually within a millisecond or two:
       // look again soon, then less often, for about a second in all.
       for (let attempt = 0; attempt < 60; attempt++) {
-        if (killAll() === 0) {
+        // A killed process leaves cgroup.procs when it exits, but counts against pids.max until reaped: a
+        // cgroup is reused only once nothing counts, or the next run could not fork.
+        if (killAll() === 0 && charged(dir) === 0) {
           if (!this.#keep(maxProcesses, dir)) try { rmdirSync(dir) } catch {}
           return
         }

@@ -53,6 +53,19 @@ describe('pids cgroups', () => {
     await Promise.all([second.release(), other.release()])
   })
 
+  it('reuse a cgroup only once nothing counts against its bound (zombies not yet reaped included)', async () => {
+    if (!cgroups) return
+    const run = cgroups.create(11)
+    const dir = path.dirname(run.procsFile)
+    // The background sleep's parent becomes the exec'd sleep, which never reaps it: killed, it leaves a zombie for init.
+    await startIn(run, 'sleep 0.05 & echo $$; exec sleep 30')
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await run.release()
+    const next = cgroups.create(11)
+    if (next.procsFile === run.procsFile) expect(readFileSync(path.join(dir, 'pids.current'), 'utf8').trim()).toBe('0')
+    await next.release()
+  })
+
   it('kill what a run left behind (even in a new session) before its cgroup is reused', async () => {
     if (!cgroups) return
     const run = cgroups.create(16)
@@ -61,9 +74,10 @@ describe('pids cgroups', () => {
     expect(alive(leftover)).toBe(true)
     expect(readFileSync(procs, 'utf8').split('\n')).toContain(String(leftover))
     await run.release()
-    expect(readFileSync(procs, 'utf8').trim()).toBe('')
+    // Killed, and gone from the cgroup: reused when the kernel has let go of it, else a fresh one is made.
+    expect(existsSync(procs) ? readFileSync(procs, 'utf8').trim() : '').toBe('')
     const next = cgroups.create(16)
-    expect(next.procsFile).toBe(procs)
+    if (next.procsFile === procs) expect(readFileSync(path.join(path.dirname(procs), 'pids.current'), 'utf8').trim()).toBe('0')
     await next.release()
     for (let i = 0; i < 100 && alive(leftover); i++) await new Promise((resolve) => setTimeout(resolve, 20))
     expect(alive(leftover)).toBe(false)

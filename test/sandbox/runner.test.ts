@@ -51,6 +51,18 @@ describe('the bubblewrap runner', () => {
     expect(second.stdout).toBe('absent\n')
   })
 
+  it('keeps the kernel\'s settings read-only (as root, /proc/sys would change the host)', async () => {
+    const runner = await runnerOf('bwrap')
+    const cwd = await realpath(await tempDir())
+    // The hostname is the sandbox's own (a UTS namespace): writing it is harmless, and refused only by the read-only mount.
+    const result = await run(runner, cwd, 'echo toolport-sandbox > /proc/sys/kernel/hostname; echo "rc=$?"; grep -E " /proc/(sys|sysrq-trigger) " /proc/self/mountinfo | cut -d" " -f5,6')
+    expect(result.stdout).toMatch(/^rc=[1-9]/)
+    expect(result.stderr).toMatch(/Read-only file system|Permission denied/)
+    const mounts = result.stdout.split('\n').slice(1).filter(Boolean)
+    expect(mounts.map((line) => line.split(' ')[0])).toEqual(expect.arrayContaining(['/proc/sys']))
+    for (const line of mounts) expect(line.split(' ')[1]).toMatch(/(^|,)ro(,|$)/)
+  })
+
   it('lets a process read, but not write, its read-only extra paths; extra variables arrive', async () => {
     const runner = await runnerOf('bwrap')
     const cwd = await realpath(await tempDir())
