@@ -4,6 +4,7 @@
  * older SSE transport), an initialized client on it, and a bounded close.
  * What to do when a connection ends is the source's business (mcp-client.ts).
  */
+import { EventEmitter } from 'node:events'
 import { accessSync, constants } from 'node:fs'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js'
@@ -43,7 +44,13 @@ class StdioServerTransport extends StdioClientTransport {
 
   override async start (): Promise<void> {
     await super.start()
-    if (this.pid !== null) this.server = foundProcess(this.pid)
+    const pid = this.pid
+    if (pid === null) return
+    this.server = foundProcess(pid)
+    // The SDK hears of the server's end only once its pipes close, which a child that inherited them keeps
+    // open (a shell's `&`, Python's subprocess): the server's exit ends its group at once, and so closes them.
+    const child: unknown = Reflect.get(this, '_process')
+    if (child instanceof EventEmitter) child.once('exit', () => { void endGroup(pid) })
   }
 }
 

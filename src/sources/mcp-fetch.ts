@@ -26,12 +26,15 @@ export function runTiedTo<T> (signal: AbortSignal, call: () => Promise<T>): Prom
 
 export const boundedFetch: FetchLike = async (url, init) => {
   const scope = callScope.getStore()
+  const tied = scope !== undefined && !scope.claimed
   let signal = init?.signal ?? undefined
-  if (scope && !scope.claimed) {
+  if (tied) {
     scope.claimed = true
     signal = signal ? AbortSignal.any([signal, scope.signal]) : scope.signal
   }
   const response = await fetch(url, { ...init, signal })
+  // The SDK follows a redirect (`/mcp` → `/mcp/`) with a fetch of its own: that one is the call's request.
+  if (tied && response.status >= 300 && response.status < 400) scope.claimed = false
   if (response.body === null) return response
   const events = response.headers.get('content-type')?.split(';')[0]?.trim().toLowerCase() === 'text/event-stream'
   return new Response(response.body.pipeThrough(messagesOfAtMost(MAX_MESSAGE_BYTES, events)), {
@@ -44,31 +47,49 @@ export const boundedFetch: FetchLike = async (url, init) => {
 /**
  * Passes a body through while no message in it is longer than `maxBytes`:
  * the whole body, or with `events` each event of an event stream (the bytes
- * between blank lines).
+ * up to a blank line; a line ends with CR LF, LF or CR, as SSE says).
  */
 function messagesOfAtMost (maxBytes: number, events: boolean): TransformStream<Uint8Array, Uint8Array> {
+  const tooLong = new Error(`the server sent a message longer than ${maxBytes / 1024 / 1024} MiB`)
+  // Bytes of the current message before this chunk; of the current line; whether the last byte seen was a CR ending a line (an LF next is its pair).
   let held = 0
-  // The part of the current line seen in earlier chunks: its length, and whether it is one CR.
-  let carried = 0
-  let carriedCr = false
+  let lineBytes = 0
+  let afterCr = false
   return new TransformStream({
     transform (chunk, controller) {
-      held += chunk.length
+      // Where the current message starts in this chunk.
+      let start = 0
       if (events) {
-        let start = 0
-        for (let lf = chunk.indexOf(10); lf !== -1; lf = chunk.indexOf(10, lf + 1)) {
-          const length = carried + lf - start
-          const blank = length === 0 || (length === 1 && (carriedCr || chunk[start] === 13))
-          // A blank line ends an event: what follows it starts the next.
-          if (blank) held = chunk.length - lf - 1
-          carried = 0
-          carriedCr = false
-          start = lf + 1
+        let position = 0
+        let lf = chunk.indexOf(10)
+        let cr = chunk.indexOf(13)
+        while (lf !== -1 || cr !== -1) {
+          const at = lf === -1 ? cr : cr === -1 ? lf : Math.min(lf, cr)
+          const gap = at - position
+          if (at === lf && afterCr && gap === 0) {
+            afterCr = false
+          } else {
+            lineBytes += gap
+            // An empty line ends an event: what follows it starts the next.
+            if (lineBytes === 0) {
+              if (held + at + 1 - start > maxBytes) return controller.error(tooLong)
+              held = 0
+              start = at + 1
+            }
+            lineBytes = 0
+            afterCr = at === cr
+          }
+          position = at + 1
+          if (at === lf) lf = chunk.indexOf(10, position)
+          else cr = chunk.indexOf(13, position)
         }
-        carriedCr = carried + chunk.length - start === 1 && (carried === 1 ? carriedCr : chunk[start] === 13)
-        carried += chunk.length - start
+        if (position < chunk.length) {
+          lineBytes += chunk.length - position
+          afterCr = false
+        }
       }
-      if (held > maxBytes) controller.error(new Error(`the server sent a message longer than ${maxBytes / 1024 / 1024} MiB`))
+      held += chunk.length - start
+      if (held > maxBytes) controller.error(tooLong)
       else controller.enqueue(chunk)
     },
   })

@@ -12,13 +12,14 @@ import { exec, onCleanup } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 import { parseConfig } from '../../src/config.ts'
 import { McpClientSource } from '../../src/sources/mcp-client.ts'
+import { boundedFetch, MAX_MESSAGE_BYTES } from '../../src/sources/mcp-fetch.ts'
 import { capturingLogger, eventually, isAlive } from './helpers.ts'
 import { FIXTURE, mcpApp, textOf } from './mcp-helpers.ts'
 
 interface Hostile { url: string, written: () => number, openAnswers: () => number }
 
 /** A Streamable HTTP server (stateless, JSON answers) whose tools answer as `answer` says; tools/list pages forever with `endlessCursors`. */
-async function hostileServer (options: { endlessCursors?: boolean } = {}): Promise<Hostile> {
+async function hostileServer (options: { endlessCursors?: boolean, redirect?: boolean } = {}): Promise<Hostile> {
   let written = 0
   const open = new Set<http.ServerResponse>()
   const tools = ['flood_json', 'flood_event', 'keepalive', 'bad_result'].map((name) => ({ name, inputSchema: { type: 'object' } }))
@@ -36,6 +37,11 @@ async function hostileServer (options: { endlessCursors?: boolean } = {}): Promi
     more()
   }
   const server = http.createServer((request, response) => {
+    // As Starlette does: the endpoint without its trailing slash redirects to it.
+    if (options.redirect === true && request.url === '/mcp') {
+      response.writeHead(307, { location: '/mcp/' }).end()
+      return
+    }
     if (request.method !== 'POST') {
       response.writeHead(405).end()
       return
@@ -109,6 +115,13 @@ describe('an HTTP MCP server whose answer never ends', () => {
     expect(app.runtime.mcpStates()).toEqual({ h: 'up' })
   })
 
+  it('stops reading a call\'s answer once the call timed out, also behind a redirect the SDK follows', async () => {
+    const upstream = await hostileServer({ redirect: true })
+    const app = await mcpApp({ h: { url: upstream.url, internal_only: false, timeout_ms: 300 } })
+    for (let i = 0; i < 3; i++) expectProblem(await exec(app, 'h__keepalive', {}), 504, 'Timeout', 'h__keepalive')
+    expect(await eventually(() => upstream.openAnswers() === 0, 3000)).toBe(true)
+  })
+
   it('says in one line what the SDK found wrong with a result', async () => {
     const upstream = await hostileServer()
     const app = await mcpApp({ h: { url: upstream.url, internal_only: false } })
@@ -142,6 +155,16 @@ describe('a stdio server that exits by itself', () => {
     expect(await eventually(() => !isAlive(helper))).toBe(true)
   })
 
+  it('is seen gone, and its group ended, also when a child holds its stdio open', async () => {
+    const app = await mcpApp({ odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'], internal_only: false, timeout_ms: 3000 } })
+    const helper = Number(textOf((await exec(app, 'odd__clinging_helper', {})).body.result))
+    expect(isAlive(helper)).toBe(true)
+    await exec(app, 'odd__crash', {})
+    expect(await eventually(() => !isAlive(helper))).toBe(true)
+    // Reconnected: a new server answers.
+    expect(await eventually(async () => (await exec(app, 'odd__helper', {})).status === 200, 10_000)).toBe(true)
+  })
+
   it('that cannot start is down with its own complaint', async () => {
     const { log } = capturingLogger()
     const config = parseConfig({ tools: { mcp_servers: { missing: { command: '/nonexistent/mcp-server' } } } }).tools.mcp_servers['missing']
@@ -151,5 +174,43 @@ describe('a stdio server that exits by itself', () => {
     await source.start()
     expect(source.state).toBe('down')
     expect(source.lastError).toMatch(/its stderr: .*\/nonexistent\/mcp-server: No such file or directory/)
+  })
+})
+
+describe('the bound on an event stream', () => {
+  /** Serves `body` as an event stream, written in pieces of 1 to 4,096 bytes, so events and line ends fall across chunks. */
+  async function eventStream (body: Buffer): Promise<string> {
+    const server = http.createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/event-stream' })
+      let at = 0
+      const more = (): void => {
+        while (at < body.length) {
+          const size = 1 + Math.floor(Math.random() * 4096)
+          const ok = response.write(body.subarray(at, at + size))
+          at += size
+          if (!ok) { response.once('drain', more); return }
+        }
+        response.end()
+      }
+      more()
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    onCleanup(() => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+  }
+
+  for (const [name, end] of [['LF', '\n'], ['CR LF', '\r\n'], ['CR', '\r']] as const) {
+    it(`counts each event, not the stream (lines ending with ${name})`, async () => {
+      const event = `data: ${'x'.repeat(1000)}${end}${end}`
+      const body = Buffer.from(event.repeat(Math.ceil((MAX_MESSAGE_BYTES * 1.5) / event.length)))
+      const response = await boundedFetch(await eventStream(body), {})
+      expect((await response.arrayBuffer()).byteLength).toBe(body.length)
+    })
+  }
+
+  it('fails a stream at an event longer than the bound', async () => {
+    const body = Buffer.from(`data: small\n\ndata: ${'y'.repeat(MAX_MESSAGE_BYTES)}\n\n`)
+    const response = await boundedFetch(await eventStream(body), {})
+    await expect(response.arrayBuffer()).rejects.toThrow(/longer than 10 MiB/)
   })
 })
