@@ -161,10 +161,10 @@ export class PidsCgroups {
       // Killed processes leave the cgroup once reaped, usually within a millisecond or two:
       // look again soon, then less often, for about a second in all.
       for (let attempt = 0; attempt < 60; attempt++) {
-        // A killed process leaves cgroup.procs when it exits, but counts against pids.max until reaped: a
-        // cgroup is reused only once nothing counts, or the next run could not fork.
-        if (killAll() === 0 && charged(dir) === 0) {
-          if (!this.#keep(maxProcesses, dir)) try { rmdirSync(dir) } catch {}
+        if (killAll() === 0) {
+          // A killed process leaves cgroup.procs when it exits, but counts against pids.max until reaped: a cgroup
+          // that still counts one is not kept (the next run in it could not fork), and rmdir takes it all the same.
+          if (charged(dir) > 0 || !this.#keep(maxProcesses, dir)) try { rmdirSync(dir) } catch {}
           return
         }
         await sleep(Math.min(20, 2 ** attempt))

@@ -4,8 +4,7 @@
  * (the bound counts decoded bytes, so a small gzip bomb stays small) and
  * from the charset its content type names.
  */
-import { pipeline, type Readable } from 'node:stream'
-import zlib from 'node:zlib'
+import { pipeline, type Readable, type Transform } from 'node:stream'
 import { ToolError } from '../errors.ts'
 
 export interface CappedBody {
@@ -31,11 +30,15 @@ export async function readCapped (body: Readable, maxBytes: number): Promise<Cap
   return { data: Buffer.concat(chunks), complete: true }
 }
 
-const DECODERS: Record<string, () => zlib.Zlib & Readable> = {
-  gzip: () => zlib.createGunzip(),
-  'x-gzip': () => zlib.createGunzip(),
-  deflate: () => zlib.createInflate(),
-  br: () => zlib.createBrotliDecompress(),
+/** The content-codings undone (node:zlib is loaded with the first encoded body, not at start-up). */
+const CODINGS = new Set(['gzip', 'x-gzip', 'deflate', 'br'])
+
+/** A decoder of `coding`; for `deflate`, raw when `first` (the body's first bytes) has no zlib header, as browsers take it. */
+async function decoderOf (coding: string, first: Buffer | undefined): Promise<Transform> {
+  const zlib = await import('node:zlib')
+  if (coding === 'br') return zlib.createBrotliDecompress()
+  if (coding === 'deflate') return first !== undefined && !zlibWrapped(first) ? zlib.createInflateRaw() : zlib.createInflate()
+  return zlib.createGunzip()
 }
 
 /**
@@ -48,7 +51,7 @@ const DECODERS: Record<string, () => zlib.Zlib & Readable> = {
 export async function readDecoded (body: Readable, contentEncoding: string | undefined, maxBytes: number): Promise<CappedBody> {
   const codings = (contentEncoding ?? '').split(',').map((coding) => coding.trim().toLowerCase()).filter((coding) => coding !== '' && coding !== 'identity')
   if (codings.length === 0) return readCapped(body, maxBytes)
-  const unknown = codings.find((coding) => !DECODERS[coding])
+  const unknown = codings.find((coding) => !CODINGS.has(coding))
   if (unknown !== undefined) {
     // undici's body reports being destroyed as an error, of no interest here.
     body.once('error', () => {}).destroy()
@@ -59,12 +62,12 @@ export async function readDecoded (body: Readable, contentEncoding: string | und
   // Which stage failed first: the body itself (a timeout, a cancellation, a reset) or a decoder.
   let failure: { coding?: string } | undefined
   body.once('error', () => { failure ??= {} })
-  const decoders = codings.reverse().map((coding, index) => {
-    // `deflate` as browsers take it: zlib-wrapped, or raw as some servers send it.
-    const decoder = coding === 'deflate' && index === 0 && !zlibWrapped(first) ? zlib.createInflateRaw() : (DECODERS[coding] as () => zlib.Zlib & Readable)()
+  const decoders = await Promise.all(codings.reverse().map(async (coding, index) => {
+    // Only the outermost coding's first bytes are known.
+    const decoder = await decoderOf(coding, index === 0 ? first : undefined)
     decoder.once('error', () => { failure ??= { coding } })
     return decoder
-  })
+  }))
   try {
     // pipeline destroys every stage once the last is destroyed, as readCapped does when it has enough.
     return await readCapped(pipeline([body, ...decoders], () => {}) as unknown as Readable, maxBytes)
