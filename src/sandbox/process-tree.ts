@@ -12,26 +12,33 @@ function statFields (stat: string): string[] {
   return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
 }
 
-/** The parent of each process, from /proc/PID/stat. */
-function parents (): Map<number, number[]> {
-  const children = new Map<number, number[]>()
+/** Every process now, with its /proc/PID/stat fields (`statFields`); none where there is no /proc. */
+function everyProcess (): Array<{ pid: number, fields: string[] }> {
   let names: string[]
   try {
     names = readdirSync('/proc')
   } catch {
-    return children
+    return []
   }
+  const found: Array<{ pid: number, fields: string[] }> = []
   for (const name of names) {
     if (!/^\d+$/.test(name)) continue
-    let stat: string
     try {
-      stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+      found.push({ pid: Number(name), fields: statFields(readFileSync(`/proc/${name}/stat`, 'utf8')) })
     } catch {
-      continue // gone meanwhile
+      // gone meanwhile
     }
-    const ppid = Number(statFields(stat)[1])
+  }
+  return found
+}
+
+/** The children of each process. */
+function parents (): Map<number, number[]> {
+  const children = new Map<number, number[]>()
+  for (const { pid, fields } of everyProcess()) {
+    const ppid = Number(fields[1])
     const list = children.get(ppid) ?? []
-    list.push(Number(name))
+    list.push(pid)
     children.set(ppid, list)
   }
   return children
@@ -80,23 +87,7 @@ export function foundDescendantsOf (root: FoundProcess): FoundProcess[] {
 
 /** Every live process of the process group `pgid`, each with its start time (orphans of a gone leader included). */
 export function foundInGroup (pgid: number): FoundProcess[] {
-  const found: FoundProcess[] = []
-  let names: string[]
-  try {
-    names = readdirSync('/proc')
-  } catch {
-    return found
-  }
-  for (const name of names) {
-    if (!/^\d+$/.test(name)) continue
-    try {
-      const fields = statFields(readFileSync(`/proc/${name}/stat`, 'utf8'))
-      if (Number(fields[2]) === pgid) found.push({ pid: Number(name), startedAt: fields[19] ?? '' })
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found
+  return everyProcess().filter(({ fields }) => Number(fields[2]) === pgid).map(({ pid, fields }) => ({ pid, startedAt: fields[19] ?? '' }))
 }
 
 /** Signals each of `found` that is still the process found (not another that took its pid since). */
