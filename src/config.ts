@@ -5,7 +5,7 @@
  * time (config-validators.ts). `loadConfigFile` reads a YAML or JSON file;
  * a problem becomes one line naming the key.
  */
-import { constants } from 'node:fs'
+import { constants, realpathSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
@@ -90,14 +90,32 @@ export function parseConfig (raw: unknown, base = process.cwd()): Config {
 /**
  * The ephemeral root is emptied at start and swept of what no call holds:
  * it must not be the root, a directory above it, or one inside it other
- * than its own `ephemeral` (the default), or persistent workspaces would go.
+ * than its own `ephemeral` (the default), or persistent workspaces would go;
+ * also not through a symbolic link (each is compared as written and as the
+ * filesystem resolves it, as far as it exists).
  */
 function checkEphemeralRoot ({ root, ephemeral_root: ephemeral }: Config['workspaces']): void {
-  if (ephemeral === undefined || ephemeral === path.join(root, 'ephemeral')) return
+  if (ephemeral === undefined) return
   // Both are resolved: one holds the other when it is a prefix of it that ends at a separator.
   const holds = (outer: string, inner: string): boolean => inner === outer || inner.startsWith(outer.endsWith(path.sep) ? outer : outer + path.sep)
-  if (holds(ephemeral, root) || holds(root, ephemeral)) {
-    throw new ConfigError(`config: workspaces.ephemeral_root: ${ephemeral} overlaps workspaces.root (${root}); it is emptied at start, so it must be a directory of its own, or ${path.join(root, 'ephemeral')}`)
+  for (const [rootPath, ephemeralPath] of [[root, ephemeral], [resolvedOnDisk(root), resolvedOnDisk(ephemeral)]] as const) {
+    if (ephemeralPath === path.join(rootPath, 'ephemeral')) continue
+    if (holds(ephemeralPath, rootPath) || holds(rootPath, ephemeralPath)) {
+      throw new ConfigError(`config: workspaces.ephemeral_root: ${ephemeral} overlaps workspaces.root (${root}); it is emptied at start, so it must be a directory of its own, or ${path.join(root, 'ephemeral')}`)
+    }
+  }
+}
+
+/** `file` with the links of its deepest existing ancestor resolved (the rest does not exist yet). */
+function resolvedOnDisk (file: string): string {
+  const missing: string[] = []
+  for (let existing = file; ; existing = path.dirname(existing)) {
+    try {
+      return path.join(realpathSync(existing), ...missing.reverse())
+    } catch {
+      if (path.dirname(existing) === existing) return file
+      missing.push(path.basename(existing))
+    }
   }
 }
 

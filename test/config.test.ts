@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process'
-import { writeFile } from 'node:fs/promises'
+import { mkdir, realpath, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it, vi } from 'vitest'
 import { ConfigError, defaultConfig, loadConfigFile, parseConfig } from '../src/config.ts'
@@ -113,6 +113,17 @@ describe('config', () => {
     for (const ephemeral of ['/srv/ws/ephemeral', '/srv/ws-eph', '/tmp/eph', '/srv/w']) {
       expect(parseConfig({ workspaces: { root: '/srv/ws', ephemeral_root: ephemeral } }).workspaces.ephemeral_root).toBe(ephemeral)
     }
+  })
+
+  it('refuses an ephemeral root that reaches the workspaces root through a symbolic link', async () => {
+    const dir = await realpath(await tempDir())
+    await mkdir(path.join(dir, 'real'))
+    await symlink(path.join(dir, 'real'), path.join(dir, 'alias'))
+    for (const [root, ephemeral] of [['real', 'alias'], ['real', 'alias/tenants'], ['alias', 'real/x'], ['real/ws', 'alias/ws/tmp']] as Array<[string, string]>) {
+      expect(messageOf(() => parseConfig({ workspaces: { root: path.join(dir, root), ephemeral_root: path.join(dir, ephemeral) } })), `${root} ${ephemeral}`).toMatch(/^config: workspaces\.ephemeral_root: .* overlaps workspaces\.root/)
+    }
+    expect(parseConfig({ workspaces: { root: path.join(dir, 'alias'), ephemeral_root: path.join(dir, 'real', 'ephemeral') } }).workspaces.ephemeral_root).toBe(path.join(dir, 'real', 'ephemeral'))
+    expect(parseConfig({ workspaces: { root: path.join(dir, 'real', 'ws'), ephemeral_root: path.join(dir, 'alias', 'eph') } }).workspaces.root).toBe(path.join(dir, 'real', 'ws'))
   })
 
   it('reads a config file only when it is a regular file of UTF-8 text', async () => {

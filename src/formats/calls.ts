@@ -28,7 +28,9 @@ const cut = (text: string): string => text.length <= MAX_CALL_ID_CHARS ? text : 
 function rawId (item: unknown): string | undefined {
   if (!isObject(item)) return undefined
   const key = item['type'] === 'function_call' ? 'call_id' : 'id'
-  return typeof item[key] === 'string' ? item[key] : undefined
+  const id = item[key]
+  // An id that is no string is refused (parseCall); the refusal names it as the caller wrote it, in JSON.
+  return typeof id === 'string' ? id : id === undefined || id === null ? undefined : JSON.stringify(id)
 }
 
 function rawName (item: unknown): string {

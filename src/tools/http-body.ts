@@ -5,6 +5,7 @@
  * from the charset its content type names.
  */
 import { pipeline, type Readable, type Transform } from 'node:stream'
+import { MIMEType } from 'node:util'
 import { ToolError } from '../errors.ts'
 
 export interface CappedBody {
@@ -101,15 +102,26 @@ function firstChunk (body: Readable): Promise<Buffer | null> {
   })
 }
 
-/** `data` as text in the charset of `contentType`, UTF-8 when it names none or one this runtime does not know. */
+/** Byte order marks, which name the encoding whatever the label says (as browsers decode, WHATWG Encoding). */
+const BOMS: Array<[number[], string]> = [[[0xef, 0xbb, 0xbf], 'utf-8'], [[0xfe, 0xff], 'utf-16be'], [[0xff, 0xfe], 'utf-16le']]
+
+/**
+ * `data` as text: in the encoding its byte order mark names, else in the
+ * charset of `contentType`, else (no charset, or one this runtime does not
+ * know) UTF-8.
+ */
 export function textOf (data: Buffer, contentType: string | undefined): string {
-  const charset = /;\s*charset\s*=\s*"?([^";\s]+)/i.exec(contentType ?? '')?.[1]
-  if (charset) {
-    try {
-      return new TextDecoder(charset).decode(data)
-    } catch {
-      // An unknown label: fall through to UTF-8.
-    }
+  const bom = BOMS.find(([bytes]) => bytes.every((byte, index) => data[index] === byte))?.[1]
+  let charset: string | null | undefined
+  try {
+    charset = new MIMEType(contentType ?? '').params.get('charset')
+  } catch {
+    // No media type a parser takes: no charset.
   }
-  return data.toString('utf8')
+  try {
+    return new TextDecoder(bom ?? charset ?? 'utf-8').decode(data)
+  } catch {
+    // An unknown label.
+    return data.toString('utf8')
+  }
 }

@@ -198,11 +198,16 @@ describe('web_fetch', () => {
   it('decodes a body in the charset its content type names', async () => {
     const server = await startHttpServer((request, response) => {
       if (request.url === '/latin1') response.writeHead(200, { 'content-type': 'text/html; charset=ISO-8859-1' }).end(Buffer.from('café crème', 'latin1'))
+      else if (request.url === '/bom') response.writeHead(200, { 'content-type': 'text/plain; charset=utf-16le' }).end(Buffer.concat([Buffer.from([0xfe, 0xff]), Buffer.from('héllo', 'utf16le').swap16()]))
+      else if (request.url === '/quoted') response.writeHead(200, { 'content-type': 'text/html; foo="a;charset=utf-16"; charset=utf-8' }).end('plain ascii ok')
       else response.writeHead(200, { 'content-type': 'text/plain; charset=no-such-charset' }).end('plain ütf-8')
     })
     const app = await buildTestApp(OPEN)
     expect((await exec(app, 'web_fetch', { url: `${server.base}/latin1` })).body.result).toMatchObject({ body: 'café crème', bytes: 10 })
     expect((await exec(app, 'web_fetch', { url: `${server.base}/other` })).body.result).toMatchObject({ body: 'plain ütf-8' })
+    // A byte order mark names the encoding whatever the label says; a charset inside another parameter's quotes is no charset.
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/bom` })).body.result).toMatchObject({ body: 'héllo' })
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/quoted` })).body.result).toMatchObject({ body: 'plain ascii ok' })
   })
 
   it('answers Timeout (504) when the site does not answer in time', async () => {
