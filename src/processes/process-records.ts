@@ -8,7 +8,7 @@
  * stands for a `lost` one.
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { WorkspaceLayout } from '../workspaces/meta.ts'
 
@@ -46,13 +46,14 @@ export class ProcessRecords {
 
   /**
    * Writes a record whole (a reader never sees half of one). `update`: only
-   * where the workspace's records still are (a removed workspace's are not
-   * brought back).
+   * over the record as it is (a removed workspace's are not brought back,
+   * also not into a workspace made again under its id).
    */
   async write (tenant: string, record: ProcessRecord, options: { update?: boolean } = {}): Promise<void> {
     const dir = this.#dir(tenant, record.workspace)
-    if (options.update !== true) await mkdir(path.join(dir, RUNNING), { recursive: true })
     const file = path.join(dir, `${record.id}.json`)
+    if (options.update !== true) await mkdir(path.join(dir, RUNNING), { recursive: true })
+    else if (!await access(file).then(() => true, () => false)) return
     const temp = `${file}.${randomUUID()}.tmp`
     await writeFile(temp, JSON.stringify(record))
     await rename(temp, file)

@@ -21,6 +21,8 @@ export function validateWorkspaceId (id: unknown): asserts id is string {
   if (text.includes('..')) fail('must not contain ".."')
   if (text.includes('/') || text.includes('\\')) fail('must not contain "/" or "\\"')
   if (CONTROL.test(text)) fail('must not contain NUL or control characters')
+  // A lone surrogate (`"\ud800"` is valid JSON) is no text: hashed or put in a URL it would become another id.
+  if (!text.isWellFormed()) fail('must be well-formed Unicode (no unpaired surrogate)')
 }
 
 const PLAIN_NAME = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$/

@@ -3,7 +3,7 @@
  * running ones found from their markers alone (an instance asks this before
  * every command call in a workspace, so it must not read every record kept).
  */
-import { readdir } from 'node:fs/promises'
+import { readdir, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { type ProcessRecord, ProcessRecords } from '../../src/processes/process-records.ts'
@@ -39,5 +39,17 @@ describe('process records', () => {
     expect(await records.running('other', 'w')).toEqual([])
     await records.write('other', record(7), { update: true }).catch(() => {})
     expect(await records.list('other', 'w')).toEqual([])
+  })
+
+  it('never brings a removed workspace\'s record into the workspace made again under its id', async () => {
+    const root = await tempDir('toolport-records-')
+    const records = new ProcessRecords(() => root)
+    await records.write('acme', record(1))
+    // The workspace is removed with its records, then made again, with a process of its own.
+    await rm(new WorkspaceLayout(root).processesDir('acme', 'w'), { recursive: true, force: true })
+    await records.write('acme', record(2))
+    // The old process ends on its instance, which writes its end.
+    await records.write('acme', record(1, { ended_at: new Date().toISOString() }), { update: true })
+    expect((await records.list('acme', 'w')).map((each) => each.id)).toEqual([record(2).id])
   })
 })

@@ -120,6 +120,15 @@ describe('processes over REST', () => {
     expect(end).toMatchObject({ id: p.id, state: 'exited', exit_code: 2, next: 14 })
   })
 
+  it('starts an event stream asked for a cursor past the output at that cursor, never before it', async () => {
+    const s = await server()
+    const p = await start(s, 'w', 'sleep 0.5; printf abcdef; sleep 0.5; printf ghij')
+    const text = await fetch(`${s.base}${procs('w')}/${p.id}/output`, { headers: { accept: 'text/event-stream', 'last-event-id': '3' } }).then((response) => response.text())
+    const chunks = [...text.matchAll(/^event: stdout\nid: (\d+)\ndata: (.*)$/gm)].map((match) => [Number(match[1]), JSON.parse(match[2] as string)])
+    expect(chunks.map(([, data]) => data).join('')).toBe('defghij')
+    expect(chunks.at(-1)?.[0]).toBe(10)
+  })
+
   it('takes kill, input and a workspace creation with no body at all (curl -X POST), as with an empty JSON one', async () => {
     const s = await server()
     const p = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`, { stdin: true })

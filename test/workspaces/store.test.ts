@@ -27,13 +27,15 @@ const codeOf = (fn: () => unknown): string => {
 }
 
 describe('workspace ids', () => {
-  it.each(['', '..', 'a..b', 'a/b', 'a\\b', 'a\u0000b', 'a\u0007b', 'a\nb', 'x'.repeat(257), 'é'.repeat(129)])('refuses %j', (id) => {
+  it.each(['', '..', 'a..b', 'a/b', 'a\\b', 'a\u0000b', 'a\u0007b', 'a\nb', 'x'.repeat(257), 'é'.repeat(129), 'a\ud800', 'a\udc00b', '\udbff'])('refuses %j', (id) => {
     expect(codeOf(() => validateWorkspaceId(id))).toBe('InvalidArgs')
   })
 
   it('accepts 256 bytes and ordinary ids', () => {
     expect(codeOf(() => validateWorkspaceId('w'.repeat(256)))).toBe('ok')
     expect(codeOf(() => validateWorkspaceId('my workspace: ünïcode'))).toBe('ok')
+    // A surrogate pair is one character: only a lone half is refused.
+    expect(codeOf(() => validateWorkspaceId('emoji \ud83d\ude00'))).toBe('ok')
   })
 
   it('maps ids to safe, distinct directory names', () => {

@@ -104,12 +104,13 @@ export async function streamOutput (request: FastifyRequest, reply: FastifyReply
       await send(events.join(''))
       continue
     }
-    cursor = read.next
+    // A cursor past what there is stays where it was asked for: the bytes before it were not.
+    cursor = Math.max(cursor, read.next)
     if (!process.running) {
       raw.end(endEvent(process.info()))
       return
     }
     await process.waitForChange(KEEPALIVE_MS, gone)
-    if (process.running && process.output.end === cursor && !gone.aborted) await send(': keep-alive\n\n')
+    if (process.running && process.output.end <= cursor && !gone.aborted) await send(': keep-alive\n\n')
   }
 }
