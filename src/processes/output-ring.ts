@@ -83,6 +83,8 @@ export class OutputRing {
 
   /** At most `maxBytes` of what came after cursor `after` (at least one whole character when any is due). */
   read (after: number, maxBytes: number): OutputRead {
+    // A cursor past what there is stays where it was asked for (`next` only grows): the bytes before it were not asked for.
+    if (after > this.#end) return { chunks: [], next: after, dropped: 0 }
     const from = Math.max(Math.min(after, this.#end), this.#start)
     const dropped = from - Math.min(after, this.#end)
     let to = Math.min(this.#end, from + Math.max(1, maxBytes))

@@ -127,6 +127,19 @@ describe('processes over REST', () => {
     const chunks = [...text.matchAll(/^event: stdout\nid: (\d+)\ndata: (.*)$/gm)].map((match) => [Number(match[1]), JSON.parse(match[2] as string)])
     expect(chunks.map(([, data]) => data).join('')).toBe('defghij')
     expect(chunks.at(-1)?.[0]).toBe(10)
+    // The long-poll and the stream keep such a cursor alike: `next` only grows.
+    const later = await start(s, 'w', 'sleep 0.3; printf 0123456789; sleep 0.3; printf abcdefghij')
+    const first = await s.call('GET', `${procs('w')}/${later.id}/output?after=15&wait_ms=5000`)
+    expect(first.body['next']).toBeGreaterThanOrEqual(15)
+    expect(first.body['chunks'].map((c: Json) => c.data).join('')).toBe(first.body['next'] > 15 ? 'fghij'.slice(0, first.body['next'] - 15) : '')
+  })
+
+  it('sends no keep-alive for output before a cursor asked for past it', async () => {
+    const s = await server()
+    const p = await start(s, 'w', 'i=0; while [ $i -lt 50 ]; do echo x; sleep 0.01; i=$((i+1)); done')
+    const text = await fetch(`${s.base}${procs('w')}/${p.id}/output?after=100000000`, { headers: { accept: 'text/event-stream' } }).then((response) => response.text())
+    expect(text).toMatch(/event: end\n/)
+    expect(text).not.toContain('keep-alive')
   })
 
   it('takes kill, input and a workspace creation with no body at all (curl -X POST), as with an empty JSON one', async () => {

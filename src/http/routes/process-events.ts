@@ -96,21 +96,25 @@ const endEvent = (info: ProcessInfo): string => `event: end\ndata: ${JSON.string
 export async function streamOutput (request: FastifyRequest, reply: FastifyReply, process: ManagedProcess, from: number, maxBytes: number): Promise<void> {
   const { raw, gone, send } = openStream(request, reply)
   let cursor = from
+  let lastSent = Date.now()
   while (!gone.aborted) {
     const read = process.output.read(cursor, maxBytes)
+    cursor = read.next
     if (read.chunks.length > 0) {
       const events = read.chunks.map((chunk, i) => `event: ${chunk.stream}\nid: ${read.chunks[i + 1]?.offset ?? read.next}\ndata: ${JSON.stringify(chunk.data)}\n\n`)
-      cursor = read.next
       await send(events.join(''))
+      lastSent = Date.now()
       continue
     }
-    // A cursor past what there is stays where it was asked for: the bytes before it were not.
-    cursor = Math.max(cursor, read.next)
     if (!process.running) {
       raw.end(endEvent(process.info()))
       return
     }
-    await process.waitForChange(KEEPALIVE_MS, gone)
-    if (process.running && process.output.end <= cursor && !gone.aborted) await send(': keep-alive\n\n')
+    await process.waitForChange(KEEPALIVE_MS - (Date.now() - lastSent), gone)
+    // Quiet for KEEPALIVE_MS (output before a cursor asked for past it counts as quiet): a comment keeps the connection.
+    if (process.running && Date.now() - lastSent >= KEEPALIVE_MS && !gone.aborted) {
+      await send(': keep-alive\n\n')
+      lastSent = Date.now()
+    }
   }
 }
