@@ -28,9 +28,7 @@ const cut = (text: string): string => text.length <= MAX_CALL_ID_CHARS ? text : 
 function rawId (item: unknown): string | undefined {
   if (!isObject(item)) return undefined
   const key = item['type'] === 'function_call' ? 'call_id' : 'id'
-  const id = item[key]
-  // An id that is no string is refused (parseCall); the refusal names it as the caller wrote it, in JSON.
-  return typeof id === 'string' ? id : id === undefined || id === null ? undefined : JSON.stringify(id)
+  return typeof item[key] === 'string' ? item[key] : undefined
 }
 
 function rawName (item: unknown): string {
@@ -58,7 +56,8 @@ export function parseCall (item: unknown, index: number): ParsedCall {
   }
   const id = callIdOf(item, index)
   if (item['type'] === 'function_call' && typeof item['call_id'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].call_id must be a string`)
-  // Not taken as its text: a number here would come back as a string id the caller never sent. Null is absent
+  // Not taken as its text: a number here would come back as a string id the caller never sent (parsed JSON keeps
+  // no spelling: 1.50 would be "1.5", 5 the same as "5"); it is answered by its position (call_N). Null is absent
   // (as a client's model dump writes an unset field); a Responses item's `id` is its item id, not the call's.
   if (item['type'] !== 'function_call' && item['id'] !== undefined && item['id'] !== null && typeof item['id'] !== 'string') throw new ToolError('InvalidArgs', `calls[${index}].id must be a string`)
   if (item['type'] === 'function' || isObject(item['function'])) {

