@@ -28,6 +28,8 @@ export interface WorkspaceLookupOptions {
   recheckMs?: number
   /** The store's removal of a workspace (a removal already under way, so not in a turn of its own). */
   remove: (tenant: string, id: string) => Promise<void>
+  /** Another instance removed a workspace held here: what runs here in it ends, nothing else. */
+  removedElsewhere: (entry: CachedWorkspace) => Promise<void>
 }
 
 export class WorkspaceLookup {
@@ -96,10 +98,16 @@ export class WorkspaceLookup {
 
   /** The entry of a workspace whose metadata (and directory) exist; NotFound when it has expired. */
   async #found (tenant: string, id: string, meta: WorkspaceMeta): Promise<CachedWorkspace> {
-    const { cache, layout, remove } = this.#options
+    const { cache, layout, remove, removedElsewhere } = this.#options
     // A cached entry of an older workspace of that id (removed and made again elsewhere) is replaced:
-    // its renewal would write the old one's creation and TTL over the new one's.
+    // its renewal would write the old one's creation and TTL over the new one's. What it held here (a
+    // process) ends first, as a sweep would end it, which no longer finds it once it is out of the cache.
     const cached = cache.get(tenant, id)
+    const older = cached !== undefined && cached.made && cached.createdAt !== meta.createdAt ? cached : undefined
+    if (older !== undefined && older.users > 0) {
+      cache.forget(older)
+      await removedElsewhere(older)
+    }
     const entry = cached !== undefined && cached.createdAt === meta.createdAt ? cached : cache.adopt(meta, layout())
     entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
     entry.checkedAt = Date.now()

@@ -27,7 +27,7 @@ import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
 import { runExclusively } from '../workspace-fs/keyed-mutex.ts'
-import { CachedWorkspaces } from './cached-workspaces.ts'
+import { type CachedWorkspace, CachedWorkspaces } from './cached-workspaces.ts'
 import { ClaimedElsewhere } from './creation.ts'
 import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
 import { WorkspaceExpiry } from './expiry.ts'
@@ -90,16 +90,14 @@ export class WorkspaceStore {
       maxWorkspacesOf: options.maxWorkspacesOf,
       recheckMs: options.recheckMs,
       remove: (tenant, id) => this.#remove(tenant, id),
+      removedElsewhere: (entry) => this.#removedElsewhere(entry),
     })
     this.#expiry = new WorkspaceExpiry({
       cache: this.#cache,
       layout: () => this.#layout,
       log: options.log,
       remove: (tenant, id) => this.#remove(tenant, id),
-      removedElsewhere: async (entry) => {
-        await this.#beforeRemoval(entry.dir)
-        forgetUsage(entry.dir)
-      },
+      removedElsewhere: (entry) => this.#removedElsewhere(entry),
       asRemoval: (dir, task) => this.withoutRemoval(dir, task),
       // Past the next sweep of every instance, with room to spare: theirs must not find a held workspace expired.
       holdMs: 2 * options.sweepIntervalSeconds * 1000,
@@ -219,6 +217,12 @@ export class WorkspaceStore {
   }
 
   /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
+  /** Another instance removed a workspace held here: what runs here in it ends (its removal listeners), nothing else. */
+  async #removedElsewhere (entry: CachedWorkspace): Promise<void> {
+    await this.#beforeRemoval(entry.dir)
+    forgetUsage(entry.dir)
+  }
+
   async #remove (tenant: string, id: string): Promise<void> {
     await this.#beforeRemoval(this.#layout.workspaceDir(tenant, id))
     await this.#layout.remove(tenant, id)

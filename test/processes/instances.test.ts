@@ -246,6 +246,25 @@ describe('processes across instances sharing one root', () => {
     expect((await call(a, 'GET', '/v1/workspaces/w1')).status).toBe(404)
   }, 60_000)
 
+  it('ends a process of a workspace deleted and made again elsewhere when this instance first looks the id up, never showing it in the new one', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    // Sweeps far apart: the lookup, not a sweep, is what must notice.
+    const slow = { sweep_interval_seconds: 3600 }
+    const a = await instance(root, 'a', undefined, slow)
+    const b = await instance(root, 'b', undefined, slow)
+    const marker = uniqueSleepSeconds()
+    const started = await call(a, 'POST', '/v1/workspaces/w9/processes', { command: `sleep ${marker}` })
+    expect(started.status).toBe(201)
+    expect((await call(b, 'DELETE', '/v1/workspaces/w9')).status).toBe(204)
+    expect((await call(b, 'POST', '/v1/workspaces', { id: 'w9' })).status).toBe(201)
+    // Past the lookup's recheck, so `a` reads the new workspace's metadata.
+    await sleep(1200)
+    const listed = await call(a, 'GET', '/v1/workspaces/w9/processes')
+    expect(listed.status).toBe(200)
+    expect(listed.body['processes'].filter((p: Json) => p.state === 'running')).toEqual([])
+    expect(await survivorsWith(marker, 10_000)).toEqual([])
+  }, 60_000)
+
   it('runs a workspace\'s commands on the instance that runs its processes, so they share its network', async () => {
     const root = path.join(await tempDir('toolport-shared-'), 'root')
     const a = await instance(root, 'a')
