@@ -94,14 +94,15 @@ export function parseConfig (raw: unknown, base = process.cwd()): Config {
  * also not through a symbolic link (each is compared as written and as the
  * filesystem resolves it, as far as it exists).
  */
-function checkEphemeralRoot ({ root, ephemeral_root: ephemeral }: Config['workspaces']): void {
-  if (ephemeral === undefined) return
+function checkEphemeralRoot ({ root, ephemeral_root: configured }: Config['workspaces']): void {
+  // The default too: `<root>/ephemeral` may be a link that leads elsewhere.
+  const ephemeral = configured ?? path.join(root, 'ephemeral')
   // Both are resolved: one holds the other when it is a prefix of it that ends at a separator.
   const holds = (outer: string, inner: string): boolean => inner === outer || inner.startsWith(outer.endsWith(path.sep) ? outer : outer + path.sep)
   for (const [rootPath, ephemeralPath] of [[root, ephemeral], [resolvedOnDisk(root), resolvedOnDisk(ephemeral)]] as const) {
     if (ephemeralPath === path.join(rootPath, 'ephemeral')) continue
     if (holds(ephemeralPath, rootPath) || holds(rootPath, ephemeralPath)) {
-      throw new ConfigError(`config: workspaces.ephemeral_root: ${ephemeral} overlaps workspaces.root (${root}); it is emptied at start, so it must be a directory of its own, or ${path.join(root, 'ephemeral')}`)
+      throw new ConfigError(`config: workspaces.ephemeral_root: ${ephemeral} overlaps workspaces.root (${root}); it is emptied at start, so it must be a directory of its own (not a link into the root), or the root's own ephemeral directory`)
     }
   }
 }

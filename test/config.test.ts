@@ -123,6 +123,9 @@ describe('config', () => {
       expect(messageOf(() => parseConfig({ workspaces: { root: path.join(dir, root), ephemeral_root: path.join(dir, ephemeral) } })), `${root} ${ephemeral}`).toMatch(/^config: workspaces\.ephemeral_root: .* overlaps workspaces\.root/)
     }
     expect(parseConfig({ workspaces: { root: path.join(dir, 'alias'), ephemeral_root: path.join(dir, 'real', 'ephemeral') } }).workspaces.ephemeral_root).toBe(path.join(dir, 'real', 'ephemeral'))
+    // The default place too, when it is a link back into the root.
+    await symlink('.', path.join(dir, 'real', 'ephemeral'))
+    expect(messageOf(() => parseConfig({ workspaces: { root: path.join(dir, 'real') } }))).toMatch(/^config: workspaces\.ephemeral_root: .*\/real\/ephemeral overlaps workspaces\.root/)
     expect(parseConfig({ workspaces: { root: path.join(dir, 'real', 'ws'), ephemeral_root: path.join(dir, 'alias', 'eph') } }).workspaces.root).toBe(path.join(dir, 'real', 'ws'))
   })
 
