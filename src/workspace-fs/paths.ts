@@ -34,6 +34,8 @@ function refuse (userPath: string, why: string): never {
 /** Checks that a caller's path is a plain relative path, before any filesystem access. */
 export function checkPathSyntax (userPath: string): void {
   if (userPath.includes('\0')) refuse(userPath.replace(/\0/g, '\\0'), 'contains a NUL byte')
+  // A lone surrogate is no text: as a file name it becomes U+FFFD, the same name as others.
+  if (!userPath.isWellFormed()) refuse(userPath.toWellFormed(), 'is not well-formed Unicode (an unpaired surrogate)')
   if (Buffer.byteLength(userPath) > MAX_PATH_BYTES) refuse(userPath.slice(0, 64) + '…', `is longer than ${MAX_PATH_BYTES} bytes`)
   if (path.isAbsolute(userPath) || /^[A-Za-z]:[\\/]/.test(userPath) || userPath.startsWith('\\')) {
     refuse(userPath, 'is absolute; paths are relative to the workspace')

@@ -52,6 +52,8 @@ describe('resolveInWorkspace', () => {
     ['a\u0000b'],
     ['C:\\Windows'],
     ['\\\\server\\share'],
+    ['a\ud800'],
+    ['dir/\udfff.txt'],
   ])('refuses %j with InvalidPath', async (userPath) => {
     expect(await codeOf(userPath)).toBe('InvalidPath')
   })
