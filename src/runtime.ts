@@ -117,7 +117,7 @@ export class Runtime implements ExecutionServices {
     })
     // A forwarded call may take as long as the slowest tool that runs commands (omega's bash: 120 s), and a kill's grace.
     const longestCallMs = (Math.max(config.tools.exec_shell.timeout_max, config.tools.executable_timeout_seconds, config.tools.spawn.timeout_default, 120) + 2) * 1000
-    this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(), self, keepEnded: config.tools.processes.keep_ended, longestCallMs })
+    this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(() => this.tracing?.outgoingHeaders() ?? {}), self, keepEnded: config.tools.processes.keep_ended, longestCallMs })
   }
 
   /** Fires when running calls must stop (the drain timeout of a shutdown ran out). */

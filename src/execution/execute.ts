@@ -28,6 +28,8 @@ export interface CallTracing {
   startCall: (tool: string, callId: string | undefined) => CallSpan
   /** Sets an attribute on the request span active here (the MCP session id, known once initialize is handled). */
   annotateRequest: (key: string, value: string) => void
+  /** The W3C `traceparent` (and `tracestate`) of the span active here, for a request this instance sends on (to another instance). */
+  outgoingHeaders: () => Record<string, string>
 }
 
 /** What the execution path needs of the running service. */

@@ -80,6 +80,12 @@ export interface PeerAnswer {
 
 export class Peers {
   #agent: Promise<{ agent: Agent, request: typeof import('undici').request }> | undefined
+  /** The trace headers of the request being forwarded, so the owner's spans join the caller's trace. */
+  readonly #traceHeaders: () => Record<string, string>
+
+  constructor (traceHeaders: () => Record<string, string> = () => ({})) {
+    this.#traceHeaders = traceHeaders
+  }
 
   /**
    * Sends `request` to `owner`; OwnerGone when it does not answer, or is not
@@ -89,7 +95,7 @@ export class Peers {
   async send (owner: Owner, request: PeerRequest): Promise<PeerAnswer> {
     const { agent, request: send } = await this.#undici()
     await this.#check(owner, request.signal)
-    const headers: Record<string, string> = { [FORWARDED_HEADER]: '1' }
+    const headers: Record<string, string> = { ...this.#traceHeaders(), [FORWARDED_HEADER]: '1' }
     if (request.credentials !== undefined) headers['authorization'] = request.credentials
     if (request.accept !== undefined) headers['accept'] = request.accept
     if (request.lastEventId !== undefined) headers['last-event-id'] = request.lastEventId

@@ -6,7 +6,7 @@
  * OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (over the default name `toolport`).
  */
 import type { IncomingHttpHeaders } from 'node:http'
-import { context, defaultTextMapGetter, diag, DiagLogLevel, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace, type Tracer } from '@opentelemetry/api'
+import { context, defaultTextMapGetter, defaultTextMapSetter, diag, DiagLogLevel, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace, type Tracer } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import { W3CTraceContextPropagator } from '@opentelemetry/core'
 import { OTLPTraceExporter as JsonTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'
@@ -136,6 +136,11 @@ export function startTracing (options: TracingOptions, log: Logger): Tracing {
     },
     annotateRequest (key: string, value: string): void {
       trace.getActiveSpan()?.setAttribute(key, value)
+    },
+    outgoingHeaders (): Record<string, string> {
+      const headers: Record<string, string> = {}
+      propagator.inject(context.active(), headers, defaultTextMapSetter)
+      return headers
     },
     shutdown: () => provider.shutdown(),
   }

@@ -11,7 +11,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { describe, expect, it } from 'vitest'
 import { type ReceivedSpan, SpanKindOf, startOtlpReceiver, StatusCodeOf } from '../support/otlp-receiver.ts'
-import { type RunningServer, startServer, waitReady } from '../support/server-process.ts'
+import { freePort, type RunningServer, startServer, waitReady } from '../support/server-process.ts'
 import { onCleanup, tempDir } from '../support/temp.ts'
 import { eventually } from '../sources/helpers.ts'
 
@@ -109,6 +109,32 @@ describe('tracing to an OTLP/HTTP collector', () => {
     expect(batchCalls.map((s) => s.attributes['gen_ai.tool.call.id']).sort()).toEqual(['call_one', 'toolu_two'])
     for (const span of batchCalls) expect(span.parentSpanId).toBe(batchRequest?.spanId)
     await stop(server)
+  })
+
+  it('http/json: a request forwarded to the instance that runs a process continues the caller\'s trace there', async () => {
+    const receiver = await startOtlpReceiver()
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const env = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.base, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '50' }
+    const instance = async (name: string): Promise<RunningServer> => {
+      const port = await freePort()
+      const config = { ...CONFIG, tools: { builtin: ['*'] }, workspaces: { root, ephemeral_root: path.join(path.dirname(root), `ephemeral-${name}`) } }
+      const server = await startServer(config, { ...env, PORT: String(port), TOOLPORT_ADVERTISE_URL: `http://127.0.0.1:${port}` })
+      await waitReady(server)
+      return server
+    }
+    const a = await instance('a')
+    const b = await instance('b')
+    const started = await post(a, '/v1/workspaces/traced/processes', { command: 'sleep 30' })
+    expect(started.status).toBe(201)
+    const caller = traceparent()
+    expect((await fetch(`${b.base}/v1/workspaces/traced/processes/${String(started.body['id'])}`, { headers: { traceparent: caller.header } })).status).toBe(200)
+    // b's server span continues the caller's; a's, serving what b forwarded, continues b's.
+    const spans = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === caller.traceId && s.kind === SpanKindOf.server), 2)
+    const atB = spans.find((s) => s.parentSpanId === caller.parentId)
+    expect(atB?.name).toBe('GET /v1/workspaces/:id/processes/:pid')
+    expect(spans.find((s) => s.parentSpanId === atB?.spanId)?.name).toBe('GET /v1/workspaces/:id/processes/:pid')
+    await stop(a)
+    await stop(b)
   })
 
   it('http/json: /mcp requests carry mcp.method.name and mcp.session.id, and a tools/call has its execute_tool child', async () => {
