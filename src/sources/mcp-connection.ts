@@ -41,16 +41,22 @@ class StdioServerTransport extends StdioClientTransport {
   server: FoundProcess | undefined
   /** The last line the server wrote to stderr: why it would not start, as a rule (setsid's own complaint included). */
   lastStderr = ''
+  #groupEnded: Promise<void> | undefined
 
   override async start (): Promise<void> {
     await super.start()
-    const pid = this.pid
-    if (pid === null) return
-    this.server = foundProcess(pid)
+    if (this.pid === null) return
+    this.server = foundProcess(this.pid)
     // The SDK hears of the server's end only once its pipes close, which a child that inherited them keeps
     // open (a shell's `&`, Python's subprocess): the server's exit ends its group at once, and so closes them.
     const child: unknown = Reflect.get(this, '_process')
-    if (child instanceof EventEmitter) child.once('exit', () => { void endGroup(pid) })
+    if (child instanceof EventEmitter) child.once('exit', () => { void this.endGroup() })
+  }
+
+  /** Ends what the server left in its process group, once (at its exit, else when its transport closes). */
+  endGroup (): Promise<void> {
+    this.#groupEnded ??= this.server === undefined ? Promise.resolve() : endGroup(this.server.pid)
+    return this.#groupEnded
   }
 }
 
@@ -142,8 +148,7 @@ export class McpConnector {
     const connection: McpConnection = { client, transport, closed: closed.promise }
     client.onclose = () => {
       // A server that exited (crashed, or was closed) leaves what it started in its group, orphaned: ended here.
-      const server = transport instanceof StdioServerTransport ? transport.server : undefined
-      void (server ? endGroup(server.pid) : Promise.resolve()).then(() => closed.resolve())
+      void (transport instanceof StdioServerTransport ? transport.endGroup() : Promise.resolve()).then(() => closed.resolve())
       events.onClose(connection)
     }
     client.onerror = (error) => this.#options.log.debug({ reason: shortMessage(error) }, 'MCP transport error')
