@@ -2,11 +2,30 @@
  * Reading an HTTP answer's body for the outbound tools (web_fetch,
  * web_search): never more than a bound, decoded from its content-coding
  * (the bound counts decoded bytes, so a small gzip bomb stays small) and
- * from the charset its content type names.
+ * from the charset its content type names; and what a request that failed
+ * means to the caller.
  */
 import { pipeline, type Readable, type Transform } from 'node:stream'
 import { MIMEType } from 'node:util'
 import { ToolError } from '../errors.ts'
+
+/** undici's refusals of a request it will not send: the caller's method or headers. */
+const UNSENDABLE = new Set(['UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED'])
+
+/**
+ * A request to `peer` ("the site") that failed, as the caller's error: no
+ * answer in time is Timeout; the caller gone, cancelled; a request undici
+ * will not send (the caller's method or headers), InvalidArgs; anything
+ * else the connection failing.
+ */
+export function requestFailure (error: unknown, peer: string, call: { signal: AbortSignal, timeout: AbortSignal, timeoutMs: number }): ToolError {
+  if (error instanceof ToolError) return error
+  if (call.timeout.aborted) return new ToolError('Timeout', `${peer} gave no answer within ${call.timeoutMs / 1000}s`)
+  if (call.signal.aborted) return new ToolError('ExecutionFailed', 'cancelled')
+  const code = (error as { code?: string }).code
+  if (code !== undefined && UNSENDABLE.has(code)) return new ToolError('InvalidArgs', `the request cannot be sent: ${(error as Error).message}`)
+  return new ToolError('ExecutionFailed', `the connection to ${peer} failed: ${code ?? (error as Error).message}`)
+}
 
 export interface CappedBody {
   data: Buffer
@@ -49,8 +68,8 @@ async function decoderOf (coding: string, first: Buffer | undefined): Promise<Tr
  * bytes read as text would be noise. An empty body is empty whatever its
  * coding (a HEAD, a 204 or a 304 sent with its GET's headers).
  */
-export async function readDecoded (body: Readable, contentEncoding: string | undefined, maxBytes: number): Promise<CappedBody> {
-  const codings = (contentEncoding ?? '').split(',').map((coding) => coding.trim().toLowerCase()).filter((coding) => coding !== '' && coding !== 'identity')
+export async function readDecoded (body: Readable, contentEncoding: string | string[] | undefined, maxBytes: number): Promise<CappedBody> {
+  const codings = [contentEncoding ?? ''].flat().join(',').split(',').map((coding) => coding.trim().toLowerCase()).filter((coding) => coding !== '' && coding !== 'identity')
   if (codings.length === 0) return readCapped(body, maxBytes)
   const unknown = codings.find((coding) => !CODINGS.has(coding))
   if (unknown !== undefined) {

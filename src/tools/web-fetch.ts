@@ -7,10 +7,9 @@
 import { Type } from '@sinclair/typebox'
 import type { Agent } from 'undici'
 import type { Config } from '../config.ts'
-import type { ToolContext } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { readDecoded, textOf } from './http-body.ts'
+import { readDecoded, requestFailure, textOf } from './http-body.ts'
 import { type AddressPolicy, refusalOf, type Resolver, systemResolver, type VettedAddress, vetHost } from './ssrf.ts'
 
 export const MAX_REDIRECTS = 5
@@ -77,18 +76,6 @@ function without (headers: Record<string, string>, dropped: ReadonlySet<string>)
   return Object.fromEntries(Object.entries(headers).filter(([name]) => !dropped.has(name.toLowerCase())))
 }
 
-/** undici's refusals of a request it will not send: the caller's method or headers. */
-const UNSENDABLE = new Set(['UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED'])
-
-function failureOf (error: unknown, ctx: ToolContext, timeout: AbortSignal, timeoutMs: number): ToolError {
-  if (error instanceof ToolError) return error
-  if (timeout.aborted) return new ToolError('Timeout', `no complete answer within ${timeoutMs / 1000}s`)
-  if (ctx.signal.aborted) return new ToolError('ExecutionFailed', 'cancelled')
-  const code = (error as { code?: string }).code
-  if (code !== undefined && UNSENDABLE.has(code)) return new ToolError('InvalidArgs', `the request cannot be sent: ${(error as Error).message}`)
-  return new ToolError('ExecutionFailed', `connection failed: ${code ?? (error as Error).message}`)
-}
-
 export function createWebFetchTool (config: Config['tools']['web_fetch'], options: WebFetchOptions = {}) {
   const resolve = options.resolve ?? systemResolver
   const policy = options.policy ?? refusalOf
@@ -133,7 +120,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
           }
           const contentType = response.headers['content-type']
           const encoding = response.headers['content-encoding']
-          const { data, complete } = await readDecoded(response.body, typeof encoding === 'string' ? encoding : encoding?.join(','), config.max_bytes)
+          const { data, complete } = await readDecoded(response.body, encoding, config.max_bytes)
           // A declared length counts encoded bytes; it is the body's size only when nothing was encoded.
           const declared = encoding ? NaN : Number(response.headers['content-length'])
           const body = textOf(data, contentType) + (complete ? '' : `\n... (body truncated: showing first ${data.length} bytes)`)
@@ -145,7 +132,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
             bytes: Number.isFinite(declared) && declared >= data.length ? declared : data.length,
           }
         } catch (error) {
-          throw failureOf(error, ctx, timeout, timeoutMs)
+          throw requestFailure(error, 'the site', { signal: ctx.signal, timeout, timeoutMs })
         } finally {
           void agent?.close()
         }

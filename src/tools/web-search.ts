@@ -8,7 +8,7 @@ import { Type } from '@sinclair/typebox'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { readCapped } from './http-body.ts'
+import { readCapped, requestFailure } from './http-body.ts'
 
 export const SEARCH_TIMEOUT_MS = 15_000
 /** More than any endpoint's page of results: a longer answer is not a search result, and is not read further. */
@@ -78,11 +78,8 @@ export function createWebSearchTool (config: Config['tools']['web_search'], opti
         if (!complete) throw new ToolError('ExecutionFailed', `the search endpoint answered more than ${SEARCH_MAX_BYTES / 1024 / 1024} MiB`)
         payload = JSON.parse(data.toString('utf8'))
       } catch (error) {
-        if (error instanceof ToolError) throw error
-        if (timeout.aborted) throw new ToolError('Timeout', `the search endpoint gave no answer within ${timeoutMs / 1000}s`)
-        if (ctx.signal.aborted) throw new ToolError('ExecutionFailed', 'cancelled')
         if (error instanceof SyntaxError) throw new ToolError('ExecutionFailed', 'the search endpoint did not answer JSON')
-        throw new ToolError('ExecutionFailed', `the search endpoint failed: ${(error as { code?: string }).code ?? (error as Error).message}`)
+        throw requestFailure(error, 'the search endpoint', { signal: ctx.signal, timeout, timeoutMs })
       }
       return { query: args.query, results: resultsOf(payload, args.num_results ?? 5) }
     },
