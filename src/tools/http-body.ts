@@ -54,8 +54,8 @@ export async function readCapped (body: Readable, maxBytes: number): Promise<Cap
 const CODINGS = new Set(['gzip', 'x-gzip', 'deflate', 'br'])
 
 /** A decoder of `coding`; for `deflate`, raw when `first` (the body's first bytes) has no zlib header, as browsers take it. */
-async function decoderOf (coding: string, first: Buffer | undefined): Promise<Transform> {
-  const zlib = await import('node:zlib')
+function decoderOf (coding: string, first: Buffer | undefined): Transform {
+  const zlib = process.getBuiltinModule('node:zlib')
   if (coding === 'br') return zlib.createBrotliDecompress()
   if (coding === 'deflate') return first !== undefined && !zlibWrapped(first) ? zlib.createInflateRaw() : zlib.createInflate()
   return zlib.createGunzip()
@@ -84,7 +84,7 @@ export async function readDecoded (body: Readable, contentEncoding: string | str
   body.once('error', () => { failure ??= {} })
   const decoders = await Promise.all(codings.reverse().map(async (coding, index) => {
     // Only the outermost coding's first bytes are known.
-    const decoder = await decoderOf(coding, index === 0 ? first : undefined)
+    const decoder = decoderOf(coding, index === 0 ? first : undefined)
     decoder.once('error', () => { failure ??= { coding } })
     return decoder
   }))

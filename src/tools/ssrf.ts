@@ -5,7 +5,6 @@
  * and every address they resolve to must pass. The connection then goes to
  * the very address that was checked.
  */
-import { lookup as dnsLookup } from 'node:dns/promises'
 import ipaddr from 'ipaddr.js'
 import { ToolError } from '../errors.ts'
 
@@ -19,7 +18,8 @@ export interface VettedAddress {
 
 export type Resolver = (hostname: string) => Promise<Array<{ address: string, family: number }>>
 
-export const systemResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true })
+// node:dns/promises loads with the first name resolved, not at every start of the service.
+export const systemResolver: Resolver = (hostname) => process.getBuiltinModule('node:dns/promises').lookup(hostname, { all: true, verbatim: true })
 
 /** ipaddr.js's range name in words, with its article: `linkLocal` → "a link-local". */
 function describeRange (range: string): string {

@@ -14,7 +14,6 @@ import { mkdir, rename } from 'node:fs/promises'
 import path from 'node:path'
 import { type Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { createGunzip } from 'node:zlib'
 import type { Header, ReadEntry } from 'tar'
 import { ToolError } from '../errors.ts'
 import { directorySize } from './directory-size.ts'
@@ -123,7 +122,7 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
     unreadableNames.add(name)
     return null
   }
-  // tar loads with the first archive, not at every start of the service.
+  // tar (and node:zlib below) load with the first archive, not at every start of the service.
   const tar = await import('tar')
   const extractor = tar.x({
     cwd: staging,
@@ -174,7 +173,7 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   })
   try {
     const inflated = countedBytes(limits.maxBytes, () => unpacksTooLarge(limits.maxBytes))
-    await pipeline(compressed, createGunzip(), inflated, compressedOnce(), zeros, extractor, signal ? { signal } : {})
+    await pipeline(compressed, process.getBuiltinModule('node:zlib').createGunzip(), inflated, compressedOnce(), zeros, extractor, signal ? { signal } : {})
   } catch (error) {
     const emptyArchive = onlyZeros && inflatedBytes >= 2 * TAR_BLOCK_BYTES && inflatedBytes % TAR_BLOCK_BYTES === 0
     if (emptyArchive && entries === 0 && (error as { code?: unknown }).code === 'TAR_BAD_ARCHIVE') return

@@ -18,7 +18,6 @@
 import type { Stats } from 'node:fs'
 import { type FileHandle, lstat, open, readdir, readlink, stat } from 'node:fs/promises'
 import type { Readable } from 'node:stream'
-import { createGzip } from 'node:zlib'
 import type { Logger } from 'pino'
 import { READ_FLAGS } from '../workspace-fs/open.ts'
 import { TreeCursor } from '../workspace-fs/tree-cursor.ts'
@@ -31,8 +30,8 @@ const BLOCK = 512
  * this stream (and so the response carrying it), never the process.
  */
 export function packWorkspace (workspaceDir: string, log?: Logger): Readable {
-  const gzip = createGzip()
-  // tar loads with the first archive, not at every start of the service.
+  // node:zlib and tar load with the first archive, not at every start of the service.
+  const gzip = process.getBuiltinModule('node:zlib').createGzip()
   import('tar').then((tar) => writeTar(workspaceDir, new TarOutput(gzip, tar))).then(() => gzip.end(), (error: NodeJS.ErrnoException) => {
     // A client that goes away mid-download is the usual reason; anything else is worth a line.
     if (error.code !== 'ERR_STREAM_PREMATURE_CLOSE') log?.warn({ err: error }, 'workspace archive cut short')

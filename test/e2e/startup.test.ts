@@ -2,7 +2,8 @@
  * Starting the built server: on a Node.js older than the service needs, one
  * line that says what to do (not a stack trace from inside a dependency);
  * on a good one, it answers before the sandbox is chosen, and a call made at
- * once still runs in the sandbox.
+ * once still runs in the sandbox, and what waits for a first use (archives,
+ * outbound requests, metrics, MCP) is not loaded before the first answer.
  */
 import { execFileSync, spawn } from 'node:child_process'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
@@ -72,7 +73,45 @@ const execute = (base: string, tool: string, body: unknown) => fetch(`${base}/v1
   body: JSON.stringify(body),
 })
 
+/**
+ * A preload that writes, when the server reads its first request, what has been loaded by then:
+ * Node's built-ins (`process.moduleLoadList`) and every file of the bundle.
+ */
+const LOAD_RECORDER = `
+const { writeFileSync } = require('node:fs')
+const http = require('node:http')
+const files = []
+require('node:module').registerHooks({ load (url, context, next) { files.push(url); return next(url, context) } })
+const emit = http.Server.prototype.emit
+http.Server.prototype.emit = function (event, ...args) {
+  if (event === 'request' && process.env.LOADED_AT_FIRST_REQUEST) {
+    writeFileSync(process.env.LOADED_AT_FIRST_REQUEST, JSON.stringify({ builtins: process.moduleLoadList, files }))
+    delete process.env.LOADED_AT_FIRST_REQUEST
+  }
+  return emit.call(this, event, ...args)
+}
+`
+
 describe('starting the built server', () => {
+  it('loads before its first answer none of what waits for a first use (archives, outbound requests, processes, metrics, MCP, the OpenAPI document)', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'toolport-start-loads-'))
+    try {
+      await writeFile(path.join(dir, 'recorder.cjs'), LOAD_RECORDER)
+      const record = path.join(dir, 'loaded.json')
+      const server = await startServer({}, { NODE_OPTIONS: `--require ${path.join(dir, 'recorder.cjs')}`, LOADED_AT_FIRST_REQUEST: record })
+      await firstHealthz(server)
+      const loaded = JSON.parse(await readFile(record, 'utf8')) as { builtins: string[], files: string[] }
+      // The check would pass vacuously if nothing were recorded.
+      expect(loaded.builtins).toContain('NativeModule http')
+      expect(loaded.files.some((file) => /\/chunks\/fastify-[^/]+\.js$/.test(file))).toBe(true)
+      for (const builtin of ['zlib', 'dns/promises']) expect(loaded.builtins).not.toContain(`NativeModule ${builtin}`)
+      const chunks = loaded.files.map((file) => path.basename(file).replace(/-[\w-]{8}\.js$/, ''))
+      for (const chunk of ['undici', 'execa', 'prom-client', 'mcp-client', 'sessions', 'swagger', 'otel']) expect(chunks).not.toContain(chunk)
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
   it('on a Node.js older than the floor, says in one line which Node is needed and how to get it, and exits 1', async () => {
     const { argv, version } = oldNode()
     const result = await run([...argv, SERVER_ENTRY])
