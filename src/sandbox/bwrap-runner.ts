@@ -25,7 +25,7 @@ import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
 import { findHiddenPaths, type HiddenPaths } from './hidden-paths.ts'
 import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
-import type { PidsCgroups, RunCgroup } from './pids-cgroup.ts'
+import type { RunCgroup, RunCgroups } from './run-cgroups.ts'
 import { runPrepared } from './process.ts'
 import { commandNameOf, signalRunTree } from './process-tree.ts'
 import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
@@ -44,8 +44,8 @@ export interface BwrapOptions {
   secretFiles?: string[] | undefined
   /** Size of the sandbox's /tmp and of its /dev/shm, each (default: the config's). */
   tmpBytes?: number | undefined
-  /** Per-run pids cgroups, where they can be made (the process bound that holds for a root service). */
-  pids?: PidsCgroups | undefined
+  /** Per-run cgroups, where they can be made (the process and memory bounds of a whole run, which hold for a root service). */
+  cgroups?: RunCgroups | undefined
   /** The limits as shell commands for the launcher, which then sets them instead of prlimit (see limits.ts). */
   ulimits?: string | undefined
   /** The workspaces' networks (with `network` false): a command that joins one shares it instead of having its own. */
@@ -184,10 +184,10 @@ export class BwrapRunner implements ProcessRunner {
     }
   }
 
-  /** The run's pids cgroup, if any; should making it fail, the run leaves the network it joined. */
+  /** The run's cgroups, if any; should making them fail, the run leaves the network it joined. */
   #createCgroup (network: NetworkLease | undefined): RunCgroup | undefined {
     try {
-      return this.#options.pids?.create(this.#options.limits.maxProcesses + BWRAP_PROCESSES)
+      return this.#options.cgroups?.create({ maxProcesses: this.#options.limits.maxProcesses + BWRAP_PROCESSES, maxMemoryBytes: this.#options.limits.maxMemoryBytes })
     } catch (error) {
       network?.release()
       throw error

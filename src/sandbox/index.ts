@@ -10,9 +10,9 @@ import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
 import { type BwrapOptions, BwrapRunner } from './bwrap-runner.ts'
 import { findPrlimit, probeUlimitUnits, type ResourceLimits, ulimitCommands } from './limits.ts'
-import { PidsCgroups } from './pids-cgroup.ts'
 import { PlainRunner } from './plain-runner.ts'
 import { runPrepared } from './process.ts'
+import { RunCgroups } from './run-cgroups.ts'
 import type { ProcessRunner, RunOptions, RunResult } from './types.ts'
 import { NSENTER } from './programs.ts'
 import { nsenterAvailable, type WorkspaceNetworks } from './workspace-network.ts'
@@ -60,14 +60,14 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   const limits = limitsOf(sandbox)
   const prlimit = findPrlimit()
   if (!prlimit) options.log.warn('prlimit not found: tool processes run without resource limits')
-  const pids = PidsCgroups.detect()
+  const cgroups = RunCgroups.detect()
   // RLIMIT_NPROC does not bind uid 0; only a pids cgroup bounds a root service's tools.
-  if (!pids && process.getuid?.() === 0) options.log.warn('running as root without a writable pids cgroup: sandbox.max_processes is not enforced')
+  if (!cgroups && process.getuid?.() === 0) options.log.warn('running as root without a writable pids cgroup: sandbox.max_processes is not enforced')
   // Where /bin/sh's ulimit can set every limit, the launcher does, and prlimit is skipped (one program start fewer).
   const units = await probeUlimitUnits()
   // With a pids cgroup per run, the cgroup bounds the process count (as prlimit's --nproc would not for root).
-  const ulimits = units ? ulimitCommands(limits, units, !pids) : undefined
-  if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, pids, ulimits)
+  const ulimits = units ? ulimitCommands(limits, units, !cgroups) : undefined
+  if (sandbox.mode === 'none') return new PlainRunner(limits, prlimit, cgroups, ulimits)
   const bwrapOptions: BwrapOptions = {
     network: sandbox.network,
     limits,
@@ -75,7 +75,7 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
     hidePaths: options.hidePaths ?? [],
     secretFiles: options.secretFiles,
     tmpBytes: sandbox.tmp_bytes,
-    pids,
+    cgroups,
     ulimits,
   }
   const bwrap = new BwrapRunner(bwrapOptions)
@@ -87,7 +87,7 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   }
   if (sandbox.mode === 'bwrap') throw new Error(`sandbox.mode is bwrap but bubblewrap does not work here: ${problem}`)
   options.log.warn({ reason: problem }, 'bubblewrap does not work here; tool processes run WITHOUT a sandbox (sandbox.mode auto → none)')
-  return new PlainRunner(limits, prlimit, pids, ulimits)
+  return new PlainRunner(limits, prlimit, cgroups, ulimits)
 }
 
 /**

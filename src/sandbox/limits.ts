@@ -4,7 +4,8 @@
  * `prlimit` wrapping the command: CPU seconds, the largest file it may write, the
  * number of processes, and its data (heap) size. RLIMIT_DATA is used rather
  * than the address space: runtimes such as V8 reserve far more address space
- * than they ever use.
+ * than they ever use. A run's processes together, and memory they map
+ * shared, are bounded by its cgroups where those can be made (run-cgroups.ts).
  */
 import { execFile } from 'node:child_process'
 import { accessSync, constants } from 'node:fs'

@@ -6,8 +6,8 @@
 import { scrubbedEnvironment } from './environment.ts'
 import { launcherArgv } from './launcher.ts'
 import { limitPrefix, type ResourceLimits } from './limits.ts'
-import type { PidsCgroups } from './pids-cgroup.ts'
 import { runPrepared } from './process.ts'
+import type { RunCgroups } from './run-cgroups.ts'
 import { signalRunTree } from './process-tree.ts'
 import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
 
@@ -15,14 +15,14 @@ export class PlainRunner implements ProcessRunner {
   readonly mode = 'none' as const
   readonly #prefix: string[]
   readonly #limits: ResourceLimits
-  readonly #pids: PidsCgroups | undefined
+  readonly #cgroups: RunCgroups | undefined
   readonly #ulimits: string | undefined
 
   /** `ulimits`: the limits as shell commands, applied by the launcher instead of prlimit (see limits.ts). */
-  constructor (limits: ResourceLimits, prlimit: string | undefined, pids?: PidsCgroups, ulimits?: string) {
+  constructor (limits: ResourceLimits, prlimit: string | undefined, cgroups?: RunCgroups, ulimits?: string) {
     this.#prefix = limitPrefix(prlimit, limits)
     this.#limits = limits
-    this.#pids = pids
+    this.#cgroups = cgroups
     this.#ulimits = ulimits
   }
 
@@ -31,7 +31,7 @@ export class PlainRunner implements ProcessRunner {
   }
 
   async prepare (options: LaunchOptions): Promise<PreparedLaunch> {
-    const cgroup = this.#pids?.create(this.#limits.maxProcesses)
+    const cgroup = this.#cgroups?.create(this.#limits)
     // With the limits set by the launcher, prlimit would only be one more program to start.
     const command = this.#ulimits ? [options.command, ...options.args] : [...this.#prefix, options.command, ...options.args]
     const prelude = [cgroup?.join, this.#ulimits].filter(Boolean).join(' && ')

@@ -104,6 +104,18 @@ describe('both runners', () => {
       expect(started).toBeGreaterThanOrEqual(3)
       expect(started).toBeLessThanOrEqual(10)
     })
+
+    it(`bound a run's memory as a whole by max_memory_bytes, not only each process's (mode ${mode})`, async () => {
+      const runner = await createRunner(parseConfig({ sandbox: { mode, max_memory_bytes: 64 * 2 ** 20 } }).sandbox, { log })
+      const cwd = await realpath(await tempDir())
+      // Four shells holding 25 MB each (in a 32 MiB buffer): each within its own RLIMIT_DATA, together past the run's bound.
+      const hold = 'x=$(head -c 25000000 /dev/zero | tr "\\000" a); sleep 1; echo held'
+      const result = await run(runner, cwd, `for i in 1 2 3 4; do (${hold}) & done; wait`)
+      expect(result.stdout.split('\n').filter((line) => line === 'held').length).toBeLessThan(4)
+      // One process that stays within the bound, with its files' pages, is not disturbed.
+      const within = await run(runner, cwd, `(${hold}); head -c 100000000 /dev/zero > big; echo "written $?"`)
+      expect(within.stdout).toBe('held\nwritten 0\n')
+    })
   }
 })
 

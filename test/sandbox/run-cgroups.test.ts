@@ -1,5 +1,6 @@
 /**
- * Per-run pids cgroups are kept for reuse once empty. Reuse must never hand
+ * Per-run cgroups (a process count, and a memory size where memory cgroups
+ * can be made) are kept for reuse once empty. Reuse must never hand
  * a run a cgroup that still holds a process, nor one with another bound.
  * (The service runs as root here, where these cgroups are what bounds a
  * fork bomb; where they cannot be made, detect() says so.)
@@ -9,10 +10,10 @@ import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'n
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { launcherArgv } from '../../src/sandbox/launcher.ts'
-import { PidsCgroups, type RunCgroup } from '../../src/sandbox/pids-cgroup.ts'
+import { type RunCgroup, RunCgroups } from '../../src/sandbox/run-cgroups.ts'
 import { onCleanup } from '../support/temp.ts'
 
-const cgroups = PidsCgroups.detect()
+const cgroups = RunCgroups.detect()
 
 /** Running (a zombie waiting for its new parent to reap it counts as dead). */
 function alive (pid: number): boolean {
@@ -33,21 +34,39 @@ function startIn (cgroup: RunCgroup, script: string): Promise<number> {
   })
 }
 
-describe('pids cgroups', () => {
+describe('run cgroups', () => {
   it('are available here, as root with a writable pids controller (or reported missing otherwise)', () => {
-    if (process.getuid?.() !== 0) expect(cgroups === undefined || cgroups instanceof PidsCgroups).toBe(true)
-    else expect(cgroups).toBeInstanceOf(PidsCgroups)
+    if (process.getuid?.() !== 0) expect(cgroups === undefined || cgroups instanceof RunCgroups).toBe(true)
+    else expect(cgroups).toBeInstanceOf(RunCgroups)
+  })
+
+  it('bound a run\'s memory where memory cgroups can be made (as root here): the command runs in a cgroup of that bound', async () => {
+    if (!cgroups) return
+    if (process.getuid?.() === 0) expect(cgroups.boundsMemory).toBe(true)
+    if (!cgroups.boundsMemory) return
+    const run = cgroups.create({ maxProcesses: 8, maxMemoryBytes: 48 * 2 ** 20 })
+    const pid = await startIn(run, 'echo $$; exec sleep 30')
+    // `4:memory:/a/b` (v1) or else `0::/a/b` (v2, whose memory.max is the bound).
+    const entries = readFileSync(`/proc/${pid}/cgroup`, 'utf8').trim().split('\n').map((each) => each.split(':'))
+    const v1 = entries.find(([, controllers]) => controllers?.split(',').includes('memory'))
+    const where = (v1 ?? entries.find(([id]) => id === '0'))?.[2] ?? ''
+    const limitFile = v1 ? path.join('/sys/fs/cgroup/memory', where, 'memory.limit_in_bytes') : path.join('/sys/fs/cgroup', where, 'memory.max')
+    expect(where).toMatch(/toolport-\d+-\d+$/)
+    expect(readFileSync(limitFile, 'utf8').trim()).toBe(String(48 * 2 ** 20))
+    await run.release()
+    expect(alive(pid)).toBe(false)
+    expect(existsSync(limitFile) ? readFileSync(path.join(path.dirname(limitFile), 'cgroup.procs'), 'utf8').trim() : '').toBe('')
   })
 
   it('hand an emptied cgroup to the next run with the same bound, and a fresh one for another bound', async () => {
     if (!cgroups) return
-    const first = cgroups.create(7)
+    const first = cgroups.create({ maxProcesses: 7, maxMemoryBytes: 2 ** 30 })
     const procs = first.procsFile
     await first.release()
-    const second = cgroups.create(7)
+    const second = cgroups.create({ maxProcesses: 7, maxMemoryBytes: 2 ** 30 })
     expect(second.procsFile).toBe(procs)
     expect(readFileSync(path.join(path.dirname(procs), 'pids.max'), 'utf8').trim()).toBe('7')
-    const other = cgroups.create(9)
+    const other = cgroups.create({ maxProcesses: 9, maxMemoryBytes: 2 ** 30 })
     expect(other.procsFile).not.toBe(procs)
     expect(readFileSync(path.join(path.dirname(other.procsFile), 'pids.max'), 'utf8').trim()).toBe('9')
     await Promise.all([second.release(), other.release()])
@@ -55,20 +74,20 @@ describe('pids cgroups', () => {
 
   it('reuse a cgroup only once nothing counts against its bound (zombies not yet reaped included)', async () => {
     if (!cgroups) return
-    const run = cgroups.create(11)
+    const run = cgroups.create({ maxProcesses: 11, maxMemoryBytes: 2 ** 30 })
     const dir = path.dirname(run.procsFile)
     // The background sleep's parent becomes the exec'd sleep, which never reaps it: killed, it leaves a zombie for init.
     await startIn(run, 'sleep 0.05 & echo $$; exec sleep 30')
     await new Promise((resolve) => setTimeout(resolve, 200))
     await run.release()
-    const next = cgroups.create(11)
+    const next = cgroups.create({ maxProcesses: 11, maxMemoryBytes: 2 ** 30 })
     if (next.procsFile === run.procsFile) expect(readFileSync(path.join(dir, 'pids.current'), 'utf8').trim()).toBe('0')
     await next.release()
   })
 
   it('kill what a run left behind (even in a new session) before its cgroup is reused', async () => {
     if (!cgroups) return
-    const run = cgroups.create(16)
+    const run = cgroups.create({ maxProcesses: 16, maxMemoryBytes: 2 ** 30 })
     const procs = run.procsFile
     const leftover = await startIn(run, 'setsid sleep 60 & echo $!; wait')
     expect(alive(leftover)).toBe(true)
@@ -76,7 +95,7 @@ describe('pids cgroups', () => {
     await run.release()
     // Killed, and gone from the cgroup: reused when the kernel has let go of it, else a fresh one is made.
     expect(existsSync(procs) ? readFileSync(procs, 'utf8').trim() : '').toBe('')
-    const next = cgroups.create(16)
+    const next = cgroups.create({ maxProcesses: 16, maxMemoryBytes: 2 ** 30 })
     if (next.procsFile === procs) expect(readFileSync(path.join(path.dirname(procs), 'pids.current'), 'utf8').trim()).toBe('0')
     await next.release()
     for (let i = 0; i < 100 && alive(leftover); i++) await new Promise((resolve) => setTimeout(resolve, 20))
@@ -85,7 +104,7 @@ describe('pids cgroups', () => {
 
   it('kill, at the next start, what a service killed before it could end its runs left running, and remove their cgroups', async () => {
     if (!cgroups) return
-    const run = cgroups.create(5)
+    const run = cgroups.create({ maxProcesses: 5, maxMemoryBytes: 2 ** 30 })
     const base = path.dirname(path.dirname(run.procsFile))
     await run.release()
     // The cgroup of a service that is gone (its pid now nobody's), holding a command that outlived it.
@@ -95,11 +114,11 @@ describe('pids cgroups', () => {
     onCleanup(async () => { try { rmdirSync(stale) } catch {} })
     const outlived = spawn('sleep', ['60'], { stdio: 'ignore' })
     writeFileSync(path.join(stale, 'cgroup.procs'), String(outlived.pid))
-    PidsCgroups.detect()
+    RunCgroups.detect()
     for (let i = 0; i < 100 && alive(outlived.pid ?? 0); i++) await new Promise((resolve) => setTimeout(resolve, 20))
     expect(alive(outlived.pid ?? 0)).toBe(false)
     // Removed once the kernel has let go of the killed command: at this start, or the next.
-    PidsCgroups.detect()
+    RunCgroups.detect()
     expect(existsSync(stale)).toBe(false)
   })
 })
