@@ -172,7 +172,8 @@ export async function readTokensFile (file: string): Promise<Config['auth']['tok
   let raw: unknown
   try {
     const text = await readSmallFile(file, MAX_TOKENS_FILE_BYTES)
-    raw = /^\s*[[{]/.test(text) ? JSON.parse(text) : await parseYaml(text)
+    // An empty file, or one of comments only (an empty YAML document), holds no tokens: emptying it revokes them all.
+    raw = /^\s*[[{]/.test(text) ? JSON.parse(text) : (await parseYaml(text)) ?? []
   } catch (error) {
     throw new ConfigError(`config: auth.tokens_file: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? 'not YAML or JSON'}`)
   }

@@ -158,6 +158,19 @@ describe('auth.tokens_file', () => {
     expect(allTokens(config.auth, await readTokensFile(file)).map((t) => [t.token, t.tenant, t.allowed_tools])).toEqual([['inline', 'acme', ['*']], ['from-file', 'beta', ['read_*']]])
   })
 
+  it('takes an empty file, or one of comments only, as no tokens (emptying it revokes them all); a scalar is malformed', async () => {
+    const { readTokensFile } = await import('../src/config.ts')
+    const dir = await tempDir()
+    for (const [name, text] of [['empty.yaml', ''], ['blank.yaml', '\n  \n'], ['comments.yaml', '# every token revoked\n']]) {
+      await writeFile(path.join(dir, name as string), text as string)
+      expect(await readTokensFile(path.join(dir, name as string))).toEqual([])
+    }
+    await writeFile(path.join(dir, 'null.yaml'), 'null\n')
+    await expect(readTokensFile(path.join(dir, 'null.yaml'))).resolves.toEqual([])
+    await writeFile(path.join(dir, 'scalar.yaml'), 'tokens\n')
+    await expect(readTokensFile(path.join(dir, 'scalar.yaml'))).rejects.toThrow(/the list: must be array/)
+  })
+
   it('reads only a regular file of at most 1 MiB: a FIFO in its place is refused at once, never waited on', async () => {
     const { readTokensFile } = await import('../src/config.ts')
     const dir = await tempDir()
