@@ -216,22 +216,43 @@ describe('POST /v1/tools/{name}/invoke, as its OpenAPI document says', () => {
     }
   })
 
-  it('refuses Toolport-Workspace given twice (Node would join the two into a third workspace)', async () => {
-    const app = await buildTestApp()
-    const base = await listening(app)
+  /** An invoke sent as raw bytes (`headers` are lines of Latin-1 text, as they go on the wire), and the whole answer. */
+  async function rawInvoke (base: string, tool: string, headers: string, body: string): Promise<string> {
     const { port } = new URL(base)
-    const body = JSON.stringify({ command: 'pwd' })
-    const raw = await new Promise<string>((resolve, reject) => {
+    const payload = Buffer.from(body)
+    return new Promise<string>((resolve, reject) => {
       const socket = net.connect(Number(port), '127.0.0.1', () => {
-        socket.end(`POST /v1/tools/exec_shell/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nToolport-Workspace: a\r\ntoolport-workspace: b\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`)
+        socket.write(Buffer.from(`POST /v1/tools/${tool}/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n${headers}Content-Length: ${payload.length}\r\nConnection: close\r\n\r\n`, 'latin1'))
+        // Not ended: a client that closes its side has gone, and its call is cancelled. `Connection: close` ends it.
+        socket.write(payload)
       })
       let answer = ''
       socket.on('data', (chunk: Buffer) => { answer += chunk.toString('utf8') })
-      socket.on('end', () => resolve(answer))
+      socket.on('close', () => resolve(answer))
       socket.on('error', reject)
     })
+  }
+
+  it('refuses Toolport-Workspace given twice (Node would join the two into a third workspace)', async () => {
+    const app = await buildTestApp()
+    const raw = await rawInvoke(await listening(app), 'exec_shell', 'Toolport-Workspace: a\r\ntoolport-workspace: b\r\n', JSON.stringify({ command: 'pwd' }))
     expect(raw).toMatch(/^HTTP\/1\.1 400 /)
     expect(raw).toContain('Toolport-Workspace must be given once')
     expect((await app.inject({ method: 'GET', url: '/v1/workspaces/a,%20b' })).statusCode).toBe(404)
+  })
+
+  it('reads Toolport-Workspace as UTF-8, as an id in a URL or a body (Node reads header bytes as Latin-1), and refuses other bytes', async () => {
+    const app = await buildTestApp()
+    const written = await app.inject({ method: 'POST', url: '/v1/tools/write_file/execute', payload: { workspace: 'café', arguments: { path: 'x.txt', content: 'in café' } } })
+    expect(written.statusCode).toBe(200)
+    const base = await listening(app)
+    const utf8 = Buffer.from('café').toString('latin1')
+    const raw = await rawInvoke(base, 'read_file', `Toolport-Workspace: ${utf8}\r\n`, JSON.stringify({ path: 'x.txt' }))
+    expect(raw).toMatch(/^HTTP\/1\.1 200 /)
+    expect(raw).toContain('in café')
+    expect((await app.inject({ method: 'GET', url: `/v1/workspaces/${encodeURIComponent('cafÃ©')}` })).statusCode).toBe(404)
+    const latin1 = await rawInvoke(base, 'read_file', 'Toolport-Workspace: caf\u00e9\r\n', JSON.stringify({ path: 'x.txt' }))
+    expect(latin1).toMatch(/^HTTP\/1\.1 400 /)
+    expect(latin1).toContain('Toolport-Workspace must be UTF-8')
   })
 })

@@ -6,6 +6,7 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
+import { isUtf8 } from 'node:buffer'
 import type { AnyTool } from '../../execution/tool.ts'
 import { authIsOn } from '../../config.ts'
 import { ToolError } from '../../errors.ts'
@@ -101,6 +102,21 @@ export function toolsDocument (tools: AnyTool[], withAuth: boolean): Record<stri
   }
 }
 
+/**
+ * The workspace the Toolport-Workspace header names, if any. Node joins a
+ * repeated header with ", " (two workspaces named would make a third) and
+ * reads a header's bytes as Latin-1 (`café` sent as UTF-8 would name
+ * `cafÃ©`): the header is taken once, as UTF-8, like the id in a URL or a body.
+ */
+function workspaceNamed (rawHeaders: string[]): string | undefined {
+  const values = rawHeaders.filter((_, index) => index % 2 === 1 && (rawHeaders[index - 1] as string).toLowerCase() === WORKSPACE_HEADER)
+  if (values.length > 1) throw new ToolError('BadRequest', 'Toolport-Workspace must be given once')
+  if (values[0] === undefined) return undefined
+  const bytes = Buffer.from(values[0], 'latin1')
+  if (!isUtf8(bytes)) throw new ToolError('BadRequest', 'Toolport-Workspace must be UTF-8')
+  return bytes.toString('utf8')
+}
+
 export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.get('/v1/openapi/tools.json', {
     schema: { summary: 'Each tool of the caller\'s catalog as an OpenAPI operation (for OpenAPI tool-server clients)', tags: ['tools'], response: { 200: JsonObject, ...problems(401) } },
@@ -116,10 +132,7 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
       response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
   }, async (request, reply) => {
-    // Node joins a repeated header with ", ": two workspaces named would make a third.
-    const named = request.raw.rawHeaders.filter((value, index) => index % 2 === 0 && value.toLowerCase() === WORKSPACE_HEADER).length
-    if (named > 1) throw new ToolError('BadRequest', 'Toolport-Workspace must be given once')
-    const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: request.body }, request.headers[WORKSPACE_HEADER])
+    const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: request.body }, workspaceNamed(request.raw.rawHeaders))
     if (!outcome.ok) return sendProblem(request, reply, outcome.error)
     // A string result is sent as the JSON string it is (Fastify would send it raw, as text/plain).
     if (typeof outcome.result === 'string') return reply.type('application/json; charset=utf-8').send(JSON.stringify(outcome.result))
