@@ -214,7 +214,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   } catch (thrown) {
     const error = asToolError(thrown)
     if (isFailure(thrown)) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
-    outcome = { ok: false, tool: toolName, error: withinLimit(stoppedByShutdown(error, services.killSignal), maxResultBytes), durationMs: 0, workspace: workspaceId }
+    outcome = { ok: false, tool: toolName, error: withinLimit(stoppedBy(error, services.killSignal, caller.signal), maxResultBytes), durationMs: 0, workspace: workspaceId }
   } finally {
     disposeSignal?.()
   }
@@ -228,9 +228,16 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
  * A call cut short because the drain timeout of a shutdown ran out did not
  * fail: another instance can run it, so it answers 503 with Retry-After.
  */
-function stoppedByShutdown (error: ToolError, killSignal: AbortSignal): ToolError {
-  if (!killSignal.aborted || error.code !== 'ExecutionFailed') return error
-  return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
+/**
+ * A call cut short answers why, not a bare "cancelled": a shutdown's drain
+ * running out is a 503 to retry elsewhere; a caller's signal aborted with a
+ * ToolError as its reason (a token revoked meanwhile) answers that error.
+ */
+function stoppedBy (error: ToolError, killSignal: AbortSignal, callerSignal: AbortSignal): ToolError {
+  if (error.code !== 'ExecutionFailed') return error
+  if (killSignal.aborted) return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
+  const reason: unknown = callerSignal.aborted ? callerSignal.reason : undefined
+  return reason instanceof ToolError ? new ToolError(reason.code, reason.message, { cause: error }) : error
 }
 
 /** An error whose detail and members (a timed-out command's partial output) fit the result limit, as results do. */

@@ -117,6 +117,17 @@ describe('token scopes', () => {
   })
 })
 
+describe('reading a whole workspace', () => {
+  it('downloads an archive only with a token that may use read_file (it reads every file as read_file does)', async () => {
+    const app = await buildTestApp({ auth: { tokens: [...TOKENS, { token: 'acme-search', tenant: 'acme', allowed_tools: ['web_search'] }] } })
+    expect((await execAs(app, 'acme-all', 'write_file', { path: 'notes.txt', content: 'private' }, 'team')).status).toBe(200)
+    expectProblem(await requestAs(app, 'acme-search', 'GET', '/v1/workspaces/team/archive'), 403, 'PermissionDenied')
+    const allowed = await app.inject({ method: 'GET', url: '/v1/workspaces/team/archive', headers: { authorization: 'Bearer acme-read' } })
+    expect(allowed.statusCode).toBe(200)
+    expect(allowed.headers['content-type']).toBe('application/gzip')
+  })
+})
+
 describe('tenants', () => {
   it('never lets one tenant see, use, download or delete another tenant\'s workspace', async () => {
     const app = await authApp()
@@ -272,6 +283,51 @@ describe('a tokens file', () => {
     expect((await poll).status).toBe(401)
     await app.inject({ method: 'DELETE', url: '/v1/workspaces/ticks', headers: { authorization: 'Bearer first-token' } })
   })
+
+  it('answers a call cut by its token\'s revocation 401, and keeps no answer for its Idempotency-Key: the retry with the new token runs', async () => {
+    const { file, publish } = await secretMount()
+    const app = await buildTestApp({ auth: { tokens_file: file } })
+    const base = await listening(app)
+    // The shell's command line carries the marker, so the test sees the call's command start.
+    const marker = `rotation-${process.pid}-${Date.now()}`
+    const body = JSON.stringify({ arguments: { command: `sleep 3; echo ran # ${marker}` } })
+    const headers = (token: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': 'rotation-1' })
+    const cut = fetch(`${base}/v1/tools/exec_shell/execute`, { method: 'POST', headers: headers('first-token'), body })
+    await vi.waitFor(() => { expect(processesWith(marker).length).toBeGreaterThan(0) }, { timeout: 5000, interval: 50 })
+    await publish('..v2', '- { token: second-token, tenant: acme }\n')
+    const answer = await cut
+    expect(answer.status).toBe(401)
+    expect(await answer.json()).toMatchObject({ code: 'Unauthorized', detail: 'the token was revoked while the request ran' })
+    const retry = await fetch(`${base}/v1/tools/exec_shell/execute`, { method: 'POST', headers: headers('second-token'), body })
+    expect(retry.status).toBe(200)
+    expect(retry.headers.get('idempotent-replayed')).toBeNull()
+    expect(JSON.stringify(await retry.json())).toContain('ran')
+  }, 30_000)
+
+  it('ends an archive download whose token it revokes, as it ends calls and streams', async () => {
+    const { file, publish } = await secretMount()
+    const app = await buildTestApp({ auth: { tokens_file: file } })
+    const base = await listening(app)
+    // Random bytes do not compress: far more than the socket buffers hold, so the download is still going when the token goes.
+    expect((await execAs(app, 'first-token', 'exec_shell', { command: 'head -c 48000000 /dev/urandom > big' }, 'large')).status).toBe(200)
+    const download = await fetch(`${base}/v1/workspaces/large/archive`, { headers: { authorization: 'Bearer first-token' } })
+    expect(download.status).toBe(200)
+    const reader = (download.body as ReadableStream<Uint8Array>).getReader()
+    let received = (await reader.read()).value?.length ?? 0
+    await publish('..v2', '- { token: second-token, tenant: acme }\n')
+    await vi.waitFor(async () => { expect(await statusWith(app, 'first-token')).toBe(401) }, { timeout: 5000, interval: 100 })
+    // Read on slowly: the stream is cut (an error, not its end) long before the 48 MB.
+    const outcome = await (async () => {
+      for (;;) {
+        const chunk = await reader.read()
+        if (chunk.done) return 'complete'
+        received += chunk.value.length
+        await new Promise((resolve) => setTimeout(resolve, 1))
+      }
+    })().catch(() => 'cut')
+    expect(outcome).toBe('cut')
+    expect(received).toBeLessThan(48_000_000)
+  }, 30_000)
 
   it('means auth is on even while it holds no token: every call is 401 until one is added', async () => {
     const { file, publish } = await secretMount()

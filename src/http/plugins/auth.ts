@@ -61,7 +61,8 @@ function knownTokens (tokens: Config['auth']['tokens'], before: KnownToken[] = [
     if (kept) return kept
     const revocation = new AbortController()
     const principal = { tenant: t.tenant, scope: globMatcher(t.allowed_tools), allowedTools: t.allowed_tools, revoked: revocation.signal }
-    return { digest: hashed, principal, revoke: () => { revocation.abort() }, grants }
+    // The reason is what a call cut by the revocation answers (execute.ts), rather than a bare "cancelled".
+    return { digest: hashed, principal, revoke: () => { revocation.abort(new ToolError('Unauthorized', 'the token was revoked while the request ran')) }, grants }
   })
   const kept = new Set(now)
   for (const known of before) if (!kept.has(known)) known.revoke()

@@ -16,7 +16,7 @@ import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
 import { callerOf } from '../caller.ts'
 import { problems } from '../schemas.ts'
-import { ensureMayChangeFiles, IdParams } from '../workspace-access.ts'
+import { ensureMayChangeFiles, ensureMayReadFiles, IdParams } from '../workspace-access.ts'
 
 export const ARCHIVE_CONTENT_TYPES = ['application/gzip', 'application/x-gzip', 'application/x-tar', 'application/octet-stream']
 
@@ -89,14 +89,23 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   })
 
   app.get('/v1/workspaces/:id/archive', {
-    schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 404, 503) },
+    schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 403, 404, 503) },
   }, async (request, reply) => {
+    ensureMayReadFiles(request.principal)
     const record = await store.find(request.principal.tenant, request.params.id)
+    const { signal } = callerOf(request, reply)
     // Packing costs CPU for as long as the client reads, so downloads are bounded; by a limiter of their
     // own, so that clients that stop reading cannot hold the slots tool calls need.
-    const release = await acquireAll([downloads], callerOf(request, reply).signal, runtime.metrics)
-    reply.raw.once('close', release)
+    const release = await acquireAll([downloads], signal, runtime.metrics)
+    const archive = packWorkspace(record.dir, request.log as Logger)
+    // A token revoked meanwhile ends the download, as it ends calls and streams (the client sees it cut short).
+    const stop = (): void => { archive.destroy() }
+    signal.addEventListener('abort', stop, { once: true })
+    reply.raw.once('close', () => {
+      signal.removeEventListener('abort', stop)
+      release()
+    })
     const filename = `${record.id.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 100)}.tar.gz`
-    return reply.type('application/gzip').header('content-disposition', `attachment; filename="${filename}"`).send(packWorkspace(record.dir, request.log as Logger))
+    return reply.type('application/gzip').header('content-disposition', `attachment; filename="${filename}"`).send(archive)
   })
 }
