@@ -8,7 +8,8 @@
  * Each stream's bytes come in whole UTF-8 characters (`append` holds back a
  * character cut between two writes until the rest comes, or the stream
  * ends), so a chunk never splits one; a read cut by `maxBytes` ends on a
- * character boundary too.
+ * character boundary too. Bytes that are not UTF-8 are kept as they came
+ * and read as U+FFFD.
  */
 import { completeUtf8Length } from '../sandbox/capture.ts'
 
@@ -32,6 +33,8 @@ export interface OutputRead {
 const INITIAL_BYTES = 4096
 
 const isContinuation = (byte: number): boolean => (byte & 0xc0) === 0x80
+/** A UTF-8 character is a lead byte and at most three continuation bytes. */
+const MAX_CONTINUATION_BYTES = 3
 
 export class OutputRing {
   readonly #capacity: number
@@ -81,23 +84,50 @@ export class OutputRing {
     if (held) this.#store(stream, held)
   }
 
-  /** At most `maxBytes` of what came after cursor `after` (at least one whole character when any is due). */
+  /**
+   * What came after cursor `after`, as chunks whose data (UTF-8, where a byte
+   * that is not becomes U+FFFD, three bytes) is at most `maxBytes` long, and at
+   * least one whole character when any is due.
+   */
   read (after: number, maxBytes: number): OutputRead {
     // A cursor past what there is stays where it was asked for (`next` only grows): the bytes before it were not asked for.
     if (after > this.#end) return { chunks: [], next: after, dropped: 0 }
     const from = Math.max(Math.min(after, this.#end), this.#start)
     const dropped = from - Math.min(after, this.#end)
-    let to = Math.min(this.#end, from + Math.max(1, maxBytes))
-    if (to < this.#end) {
-      // Back off to a character boundary; if that leaves nothing, take the first character whole.
-      let cut = to
-      while (cut > from && isContinuation(this.#byteAt(cut))) cut--
-      if (cut === from) {
-        cut = from + 1
-        while (cut < this.#end && isContinuation(this.#byteAt(cut))) cut++
-      }
-      to = cut
+    // Bytes that are not UTF-8 take more room decoded: read fewer, in proportion, until the data fits.
+    let budget = Math.max(1, maxBytes)
+    let read: OutputRead | undefined
+    for (;;) {
+      const to = this.#boundaryBefore(from, Math.min(this.#end, from + budget))
+      // No shorter cut is left (one character, larger decoded than maxBytes): it goes as it is.
+      if (read !== undefined && to >= read.next) return read
+      const chunks = this.#chunks(from, to)
+      read = { chunks, next: to, dropped }
+      const size = chunks.reduce((sum, chunk) => sum + Buffer.byteLength(chunk.data), 0)
+      if (size <= maxBytes) return read
+      budget = Math.max(1, Math.floor((to - from) * maxBytes / size))
     }
+  }
+
+  /**
+   * `to` moved back to a character's start, unless that leaves nothing
+   * after `from`, when it is moved on past the first character. A character
+   * has at most three continuation bytes: a longer run of them is bytes that
+   * are not UTF-8, each a character of its own (U+FFFD).
+   */
+  #boundaryBefore (from: number, to: number): number {
+    if (to >= this.#end) return this.#end
+    let cut = to
+    while (cut > from && to - cut < MAX_CONTINUATION_BYTES && isContinuation(this.#byteAt(cut))) cut--
+    if (isContinuation(this.#byteAt(cut)) && cut > from) return to
+    if (cut > from) return cut
+    cut = from + 1
+    while (cut < this.#end && cut - from <= MAX_CONTINUATION_BYTES && isContinuation(this.#byteAt(cut))) cut++
+    return cut
+  }
+
+  /** The kept bytes between two cursors, one chunk per run of one stream. */
+  #chunks (from: number, to: number): OutputChunk[] {
     const chunks: OutputChunk[] = []
     for (let i = this.#runIndexAt(from), at = from; at < to; i++) {
       const run = this.#runs[i] as { at: number, stream: StreamName }
@@ -105,7 +135,7 @@ export class OutputRing {
       chunks.push({ stream: run.stream, offset: at, data: this.#slice(at, runEnd).toString('utf8') })
       at = runEnd
     }
-    return { chunks, next: to, dropped }
+    return chunks
   }
 
   #store (stream: StreamName, bytes: Buffer): void {
@@ -125,9 +155,11 @@ export class OutputRing {
       done += kept.copy(this.#buffer, at, done, Math.min(kept.length, done + this.#buffer.length - at))
     }
     this.#end += kept.length
-    if (this.#end - this.#start > this.#buffer.length) this.#start = this.#end - this.#buffer.length
-    // The oldest byte kept starts a character: a read from it never begins with half of one.
-    while (this.#start < this.#end && isContinuation(this.#byteAt(this.#start))) this.#start++
+    if (this.#end - this.#start > this.#buffer.length) {
+      this.#start = this.#end - this.#buffer.length
+      // The oldest byte kept starts a character: a read from it never begins with the rest of one evicted.
+      for (let skipped = 0; skipped < MAX_CONTINUATION_BYTES && this.#start < this.#end && isContinuation(this.#byteAt(this.#start)); skipped++) this.#start++
+    }
     while (this.#runs.length > 1 && (this.#runs[1] as { at: number }).at <= this.#start) this.#runs.shift()
   }
 

@@ -59,7 +59,8 @@ function outputResult (process: ManagedProcess, after: number | undefined, ctx: 
       continue
     }
     if (read.next < process.output.end) ctx.markTruncated?.()
-    process.toolCursor = read.next
+    // The default cursor is where the last output returned ends: an answer with none (a cursor past the end) leaves it.
+    if (read.chunks.length > 0) process.toolCursor = read.next
     return result
   }
 }
@@ -118,7 +119,7 @@ export function createProcessTools (locator: ProcessLocator): AnyTool[] {
       parameters: Type.Object({
         process_id: ProcessId,
         wait_ms: Wait(0),
-        after: Type.Optional(Type.Integer({ minimum: 0, description: 'A cursor (`next` of an earlier answer); 0 for all output kept' })),
+        after: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, description: 'A cursor (`next` of an earlier answer); 0 for all output kept' })),
       }),
       outputSchema: OutputResult,
       annotations: readOnly,

@@ -56,6 +56,41 @@ describe('OutputRing', () => {
     expect(text(ring, 0, 100)).toMatchObject({ text: 'ok\uFFFD\n', next: 4 })
   })
 
+  it('keeps output that starts with bytes that are not UTF-8 (a lone continuation byte is one U+FFFD, not half a character)', () => {
+    const ring = new OutputRing(1024)
+    ring.append('stdout', Buffer.from([0x80, 0x81, 0x61, 0x62, 0x63, 0x0a]))
+    ring.append('stdout', Buffer.from([0xbf, 0x78, 0x0a]))
+    expect(text(ring, 0, 100)).toMatchObject({ text: '\uFFFD\uFFFDabc\n\uFFFDx\n', next: 9, dropped: 0 })
+    const all = new OutputRing(65_536)
+    all.append('stdout', Buffer.alloc(60_000, 0x80))
+    expect(text(all, 0, 1 << 20)).toMatchObject({ next: 60_000, dropped: 0 })
+  })
+
+  it('bounds the UTF-8 of what it returns by maxBytes, bytes that are not UTF-8 (three bytes each as U+FFFD) included', () => {
+    const ring = new OutputRing(65_536)
+    ring.append('stdout', Buffer.alloc(60_000, 0xff))
+    const page = text(ring, 0, 10)
+    expect(Buffer.byteLength(page.text)).toBeLessThanOrEqual(10)
+    expect(page.text).toBe('\uFFFD'.repeat(3))
+    expect(page.next).toBe(3)
+    let cursor = 0
+    let pages = 0
+    while (cursor < 60_000) {
+      const next = text(ring, cursor, 4096)
+      expect(Buffer.byteLength(next.text)).toBeLessThanOrEqual(4096)
+      expect(next.next).toBeGreaterThan(cursor)
+      cursor = next.next
+      pages++
+    }
+    expect(pages).toBeLessThan(60)
+    // A run of continuation bytes longer than a character's is read in pieces too, never as one "character".
+    const continuations = new OutputRing(65_536)
+    continuations.append('stdout', Buffer.alloc(60_000, 0x80))
+    expect(Buffer.byteLength(text(continuations, 0, 12).text)).toBeLessThanOrEqual(12)
+    // One character larger decoded than maxBytes still comes whole.
+    expect(text(ring, 0, 1)).toMatchObject({ text: '\uFFFD', next: 1 })
+  })
+
   it('keeps only the last capacity bytes and says how many were dropped; memory stays at the capacity', () => {
     const ring = new OutputRing(4096)
     let all = ''

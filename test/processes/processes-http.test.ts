@@ -390,6 +390,32 @@ describe('process tools', () => {
     expect(list.processes).toEqual([expect.objectContaining({ process_id: started.process_id, state: 'killed', exit_code: null })])
   })
 
+  it('answer output that is not UTF-8 within the result limit and the REST max_bytes (each such byte is three as U+FFFD)', async () => {
+    const s = await server({ tools: { builtin: ['*'], processes: { max_output_bytes: 65_536 } }, limits: { max_result_bytes: 65_536 } })
+    const exec = (name: string, args: Json) => s.call('POST', `/v1/tools/${name}/execute`, { arguments: args, workspace: 'bytes' })
+    const started = (await exec('process_start', { command: 'head -c 60000 /dev/zero | tr "\\000" "\\377"', yield_ms: 5000 })).body['result']
+    expect(started.state).toBe('exited')
+    const output = await exec('process_output', { process_id: started.process_id, after: 0 })
+    expect(output.status).toBe(200)
+    expect(Buffer.byteLength(JSON.stringify(output.body['result']))).toBeLessThanOrEqual(65_536)
+    expect(output.body['result'].output).toMatch(/^\uFFFD{1000,}$/)
+    expect(output.body['truncated']).toBe(true)
+    const page = await s.call('GET', `${procs('bytes')}/${started.process_id}/output?after=0&max_bytes=10`)
+    expect(page.body['chunks'].map((c: Json) => c.data).join('')).toBe('\uFFFD'.repeat(3))
+    expect(page.body['next']).toBe(3)
+  })
+
+  it('keep their default cursor where the last output returned ended: a cursor asked for past the end moves it nowhere', async () => {
+    const s = await server()
+    const exec = (name: string, args: Json) => s.call('POST', `/v1/tools/${name}/execute`, { arguments: args, workspace: 'cursor' })
+    const started = (await exec('process_start', { command: `echo first; sleep 0.5; echo second; sleep ${uniqueSleepSeconds()}`, yield_ms: 200 })).body['result']
+    expect(started).toMatchObject({ output: 'first\n', next: 6 })
+    expect((await exec('process_output', { process_id: started.process_id, after: 40 })).body['result']).toMatchObject({ output: '', next: 40 })
+    expect((await exec('process_output', { process_id: started.process_id, wait_ms: 5000 })).body['result']).toMatchObject({ output: 'second\n', next: 13 })
+    expect((await exec('process_output', { process_id: started.process_id, after: 2 ** 60 })).status).toBe(400)
+    expect((await exec('process_kill', { process_id: started.process_id })).body['result']).toMatchObject({ state: 'killed', output: '', next: 13 })
+  })
+
   it('run on /mcp in the session\'s workspace, through the MCP SDK client, and end with the session', async () => {
     const s = await server()
     const client = new Client({ name: 'toolport-test', version: '1.0.0' })
