@@ -28,6 +28,8 @@ const ATTR_GEN_AI_TOOL_NAME = 'gen_ai.tool.name'
 const ATTR_GEN_AI_TOOL_CALL_ID = 'gen_ai.tool.call.id'
 const ATTR_TOOLPORT_WORKSPACE = 'toolport.workspace'
 const EXECUTE_TOOL = 'execute_tool'
+/** error.type of a request whose client left before any answer (nginx logs it as 499). */
+const CLIENT_CLOSED = 'client_closed'
 
 class HttpSpan implements RequestSpan {
   readonly span: Span
@@ -40,7 +42,14 @@ class HttpSpan implements RequestSpan {
     this.span.setAttribute(key, value)
   }
 
-  end (statusCode: number): void {
+  end (statusCode: number | undefined): void {
+    if (statusCode === undefined) {
+      // No answer was sent: the client closed the connection first (a timeout of its own, a cancelled call).
+      this.span.setAttribute(ATTR_ERROR_TYPE, CLIENT_CLOSED)
+      this.span.setStatus({ code: SpanStatusCode.ERROR, message: 'the client closed the connection before the answer' })
+      this.span.end()
+      return
+    }
     this.span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, statusCode)
     // A server span is in error for the server's failures only; a 4xx is the client's.
     if (statusCode >= 500) {

@@ -25,8 +25,8 @@ export interface TracingOptions {
 /** The span of one HTTP request. */
 export interface RequestSpan {
   setAttribute: (key: string, value: string) => void
-  /** Ends it with the response's status. */
-  end: (statusCode: number) => void
+  /** Ends it with the response's status; undefined when the client left before any answer was sent. */
+  end: (statusCode: number | undefined) => void
 }
 
 export type { CallSpan, CallTracing } from '../execution/execute.ts'

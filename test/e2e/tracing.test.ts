@@ -162,6 +162,35 @@ describe('tracing to an OTLP/HTTP collector', () => {
     await stop(server)
   })
 
+  it('http/json: cuts an MCP method a caller sends to 256 bytes, and records a request whose client left before any answer as client_closed, not 200', async () => {
+    const receiver = await startOtlpReceiver()
+    const server = await startServer(CONFIG, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.base, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '50' })
+    await waitReady(server)
+    const huge = traceparent()
+    const answer = await fetch(`${server.base}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', traceparent: huge.header },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'M'.repeat(100_000), params: {} }),
+    })
+    expect(answer.status).toBe(400)
+    const [mcp] = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === huge.traceId), 1)
+    // 256 bytes, and the ellipsis that says it was cut.
+    expect(Buffer.byteLength(String(mcp?.attributes['mcp.method.name']))).toBeLessThanOrEqual(256 + 3)
+    expect(String(mcp?.attributes['mcp.method.name'])).toMatch(/^M+…$/)
+
+    const left = traceparent()
+    const controller = new AbortController()
+    const call = fetch(`${server.base}/v1/tools/exec_shell/execute`, { method: 'POST', signal: controller.signal, headers: { 'content-type': 'application/json', traceparent: left.header }, body: JSON.stringify({ arguments: { command: 'sleep 5' } }) })
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    controller.abort()
+    await expect(call).rejects.toThrow()
+    const [request] = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === left.traceId && s.parentSpanId === left.parentId), 1)
+    expect(request?.attributes['http.response.status_code']).toBeUndefined()
+    expect(request?.attributes['error.type']).toBe('client_closed')
+    expect(request?.status.code).toBe(StatusCodeOf.error)
+    await stop(server)
+  })
+
   it('http/protobuf by default, to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, flushed at a graceful shutdown', async () => {
     const receiver = await startOtlpReceiver()
     const modules = await moduleRecorder()

@@ -4,9 +4,12 @@
  * Installed only when tracing is on: without it no hook runs.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { clipText } from '../../execution/truncate.ts'
 import { ATTR_MCP_METHOD_NAME, ATTR_MCP_SESSION_ID, type RequestSpan, type Tracing } from '../../telemetry/tracing.ts'
 
 const ATTR_REQUEST_ID = 'toolport.request_id'
+/** MCP's method names are a few dozen bytes; a longer one is a caller's, and cut. */
+const MAX_METHOD_BYTES = 256
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -33,8 +36,9 @@ export function installTracing (app: FastifyInstance, tracing: Tracing): void {
     const span = tracing.startRequest(request.method, request.routeOptions.url, path, request.headers)
     span.setAttribute(ATTR_REQUEST_ID, request.id)
     request.traceSpan = span
-    // 'close' comes for every response, hijacked ones (/mcp) included, and for a client that left.
-    reply.raw.once('close', () => { span.end(reply.raw.statusCode) })
+    // 'close' comes for every response, hijacked ones (/mcp) included, and for a client that left: one that
+    // left before any answer was sent has no status (Node's statusCode would read 200); a stream it left has one.
+    reply.raw.once('close', () => { span.end(reply.raw.headersSent ? reply.raw.statusCode : undefined) })
     done()
   })
   // The body is parsed by now; from here on, what the route runs (and awaits) sees the request span as active.
@@ -43,7 +47,8 @@ export function installTracing (app: FastifyInstance, tracing: Tracing): void {
     if (span === null) return done()
     if (isMcp(request)) {
       const method = mcpMethodOf(request.body)
-      if (method !== undefined) span.setAttribute(ATTR_MCP_METHOD_NAME, method)
+      // The caller's text: cut, as a tool's name is (a span holds it until the exporter sends it).
+      if (method !== undefined) span.setAttribute(ATTR_MCP_METHOD_NAME, clipText(method, MAX_METHOD_BYTES))
       const session = request.headers['mcp-session-id']
       if (typeof session === 'string') span.setAttribute(ATTR_MCP_SESSION_ID, session)
     }
