@@ -142,7 +142,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     clearTimeout(deferredStart)
     await runtime.close()
   })
-  installProblemHandlers(app)
+  installProblemHandlers(app, config.limits.max_result_bytes)
   installJsonBody(app)
   await installAuth(app, config.auth)
 

@@ -11,7 +11,7 @@ import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
 import type { ToolRegistry } from './registry.ts'
 import { type AnyTool, changesTreeFreely, runsCommands } from './tool.ts'
-import { clipText, fitStringMembers, truncateResult } from './truncate.ts'
+import { clipText, errorWithinLimit, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
 import { parseArguments, validateArguments } from './validation.ts'
@@ -214,7 +214,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   } catch (thrown) {
     const error = asToolError(thrown)
     if (isFailure(thrown)) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
-    outcome = { ok: false, tool: toolName, error: withinLimit(stoppedBy(error, services.killSignal, caller.signal), maxResultBytes), durationMs: 0, workspace: workspaceId }
+    outcome = { ok: false, tool: toolName, error: errorWithinLimit(stoppedBy(error, services.killSignal, caller.signal), maxResultBytes), durationMs: 0, workspace: workspaceId }
   } finally {
     disposeSignal?.()
   }
@@ -238,15 +238,6 @@ function stoppedBy (error: ToolError, killSignal: AbortSignal, callerSignal: Abo
   if (killSignal.aborted) return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
   const reason: unknown = callerSignal.aborted ? callerSignal.reason : undefined
   return reason instanceof ToolError ? new ToolError(reason.code, reason.message, { cause: error }) : error
-}
-
-/** An error whose detail and members (a timed-out command's partial output) fit the result limit, as results do. */
-function withinLimit (error: ToolError, maxBytes: number): ToolError {
-  const members = { detail: error.message, ...error.extra }
-  const fitted = fitStringMembers(members, maxBytes)
-  if (fitted === members) return error
-  const { detail, ...extra } = fitted
-  return new ToolError(error.code, String(detail), { extra, retryAfterSeconds: error.retryAfterSeconds, cause: error.cause })
 }
 
 function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null): void {

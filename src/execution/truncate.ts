@@ -6,6 +6,7 @@
  * - anything else (objects) becomes `{"_truncated_json": "<start of its JSON>"}`.
  * The truncated value's JSON never exceeds the budget.
  */
+import { ToolError } from '../errors.ts'
 
 export interface Truncated {
   value: unknown
@@ -136,6 +137,15 @@ export function fitStringMembers (members: Record<string, unknown>, maxBytes: nu
   const shares = shareRoom(maxBytes - jsonBytes(emptied), needs)
   // +2: a share is for the text, its JSON string also has quotes.
   return { ...members, ...Object.fromEntries(keys.map((key, i) => [key, fitString(members[key] as string, (shares[i] ?? 0) + 2)])) }
+}
+
+/** An error whose detail and members (a timed-out command's partial output) fit the result limit, as results do. */
+export function errorWithinLimit (error: ToolError, maxBytes: number): ToolError {
+  const members = { detail: error.message, ...error.extra }
+  const fitted = fitStringMembers(members, maxBytes)
+  if (fitted === members) return error
+  const { detail, ...extra } = fitted
+  return new ToolError(error.code, String(detail), { extra, retryAfterSeconds: error.retryAfterSeconds, cause: error.cause })
 }
 
 function truncateString (text: string, maxBytes: number): string {

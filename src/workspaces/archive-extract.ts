@@ -34,13 +34,26 @@ export interface ArchiveLimits {
 }
 
 const KEPT_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'SymbolicLink'])
+/**
+ * Deeper entries are skipped: node-tar checks and reserves every parent of
+ * every entry, one after another, so an archive of a few KB whose entries
+ * are thousands of levels deep took minutes and gigabytes (and ended the
+ * service). A real tree is rarely a tenth as deep.
+ */
+export const MAX_ENTRY_DEPTH = 64
+/** What a Linux filesystem takes: a longer name or path could not be made, and its error would quote it whole. */
+const MAX_NAME_BYTES = 255
+const MAX_PATH_BYTES = 4096
 
 /** Why an entry is refused, or null when it may be extracted. */
 function refusal (entry: ReadEntry | Header, stagingDir: string): string | null {
   const name = entry.path ?? ''
   if (!KEPT_TYPES.has(String(entry.type))) return `entry type ${String(entry.type)} is not allowed (only files, directories and symlinks)`
   if (name.startsWith('/') || /^[A-Za-z]:/.test(name)) return 'absolute path'
-  if (name.split(/[\\/]/).includes('..')) return 'path contains ".."'
+  const parts = name.split(/[\\/]/)
+  if (parts.includes('..')) return 'path contains ".."'
+  if (parts.filter((part) => part !== '' && part !== '.').length > MAX_ENTRY_DEPTH) return `deeper than ${MAX_ENTRY_DEPTH} levels`
+  if (Buffer.byteLength(name) > MAX_PATH_BYTES || parts.some((part) => Buffer.byteLength(part) > MAX_NAME_BYTES)) return `a name longer than ${MAX_NAME_BYTES} bytes, or a path longer than ${MAX_PATH_BYTES}`
   // node-tar would drop it silently: a file cannot replace the workspace's own directory.
   if (entry.type !== 'Directory' && path.posix.normalize(name.replaceAll('\\', '/')).replace(/\/$/, '') === '.') return 'names the workspace itself'
   if (entry.type === 'SymbolicLink') {

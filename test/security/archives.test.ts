@@ -19,6 +19,7 @@ import { promisify } from 'node:util'
 import { describe, expect, it } from 'vitest'
 import { removeTree } from '../../src/workspaces/remove-tree.ts'
 import { buildTestApp, onCleanup, tempDir } from '../helper.ts'
+import { listening } from '../support/listening.ts'
 import { writeGzipBomb } from '../support/gzip-bomb.ts'
 import { expectProblem } from '../support/problem.ts'
 import { execAs, requestAs } from '../support/requests.ts'
@@ -210,37 +211,21 @@ describe('downloads from a workspace a command is changing', () => {
 })
 
 describe('uploads', () => {
-  it('refuses a 5 GiB gzip bomb with 413 in bounded memory, answering other requests meanwhile, leaving nothing behind', async () => {
+  it('refuses a 5 GiB gzip bomb with 413 in bounded memory, leaving nothing behind, and answers on meanwhile', async () => {
     const work = await tempDir()
     const bomb = path.join(work, 'bomb.tar.gz')
     await writeGzipBomb(bomb, 5 * 1024 ** 3)
-    const { server, root, dirOf } = await serve({ limits: { max_concurrent: 1, queue_timeout_ms: 120_000 } })
+    const { server, root, dirOf } = await serve()
     const pid = server.child.pid as number
     await createWorkspace(server.base, 'bomb')
     await writeFile(path.join(dirOf('bomb'), 'keep.txt'), 'keep')
     const baseline = await memoryOf(pid, 'VmRSS')
 
-    // A call holds the only slot until the test lets it go, so the upload is still under way while other requests come.
-    const [started, release] = [path.join(work, 'started'), path.join(work, 'release')]
-    const holder = fetch(`${server.base}/v1/tools/exec_shell/execute`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ arguments: { command: `touch '${started}'; while [ ! -e '${release}' ]; do sleep 0.05; done`, timeout: 120 } }),
-    })
-    await until(() => existsSync(started))
-    const answered: string[] = []
-    const upload = putFile(`${server.base}/v1/workspaces/bomb/archive`, bomb).then((answer) => { answered.push('upload'); return answer })
-    // The upload waits in the limiter's queue (it takes a slot like any call).
-    await until(async () => /^toolport_limiter_queue_depth 1$/m.test(await (await fetch(`${server.base}/metrics`)).text()))
+    const upload = putFile(`${server.base}/v1/workspaces/bomb/archive`, bomb)
     expect((await fetch(`${server.base}/healthz`)).status).toBe(200)
-    answered.push('healthz')
-    await writeFile(release, '')
-    expect((await holder).status).toBe(200)
-
     const answer = await upload
     expect(answer.status, answer.body).toBe(413)
     expect(JSON.parse(answer.body)).toMatchObject({ code: 'PayloadTooLarge' })
-    expect(answered).toEqual(['healthz', 'upload'])
     expect(await memoryOf(pid, 'VmHWM') - baseline).toBeLessThan(128 * 1024 * 1024)
     expect(await readdir(dirOf('bomb'))).toEqual(['keep.txt'])
     expect((await readdir(path.join(root, 'tenants', 'default', 'ws'))).sort()).toEqual(['bomb'])
@@ -248,19 +233,42 @@ describe('uploads', () => {
     expect(server.child.exitCode).toBe(null)
   }, 120_000)
 
-  it('answers 503 Overloaded when the limiter has no slot and no queue, creating nothing', async () => {
+  it('gives uploads a limiter of their own: a slow upload holds no slot a tool call needs; past its slots an upload is 503 Overloaded, creating nothing', async () => {
     const app = await buildTestApp({ limits: { max_concurrent: 1, max_queue: 0 } })
+    const base = await listening(app)
     const archive = tarOf([{ name: 'a.txt', content: 'a' }])
-    const release = await app.runtime.limiter.acquire()
-    try {
-      const refused = await requestAs(app, null, 'PUT', '/v1/workspaces/busy/archive', archive, { 'content-type': 'application/gzip' })
-      expectProblem(refused, 503, 'Overloaded')
-      expect(refused.headers['retry-after']).toBeDefined()
-      expectProblem(await requestAs(app, null, 'GET', '/v1/workspaces/busy'), 404, 'NotFound')
-    } finally {
-      release()
-    }
-    expect((await requestAs(app, null, 'PUT', '/v1/workspaces/busy/archive', archive, { 'content-type': 'application/gzip' })).status).toBe(200)
+    // An upload whose client sends its headers and half its body, then nothing more for now.
+    const { port } = new URL(base)
+    const slow = net.connect(Number(port), '127.0.0.1')
+    onCleanup(async () => { slow.destroy() })
+    slow.write(`PUT /v1/workspaces/slow/archive HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/gzip\r\nContent-Length: ${archive.length}\r\n\r\n`)
+    slow.write(archive.subarray(0, archive.length >> 1))
+    await until(() => app.runtime.workspaces.find('default', 'slow').then(() => true, () => false))
+    const call = await requestAs(app, null, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: 'echo still serving' } })
+    expect(call.status).toBe(200)
+    const refused = await requestAs(app, null, 'PUT', '/v1/workspaces/busy/archive', archive, { 'content-type': 'application/gzip' })
+    expectProblem(refused, 503, 'Overloaded')
+    expect(refused.headers['retry-after']).toBeDefined()
+    expectProblem(await requestAs(app, null, 'GET', '/v1/workspaces/busy'), 404, 'NotFound')
+    slow.end(archive.subarray(archive.length >> 1))
+    await until(async () => (await requestAs(app, null, 'PUT', '/v1/workspaces/busy/archive', archive, { 'content-type': 'application/gzip' })).status === 200)
+  })
+
+  it('skips entries deeper than 64 levels (node-tar reserves every parent of every entry: a few KB thousands deep took gigabytes) and names a filesystem could not hold, and answers at once', async () => {
+    const app = await buildTestApp()
+    const chain = Array.from({ length: 1000 }, (_, i) => ({ name: 'd/'.repeat(i + 1), type: 'dir' as const }))
+    const archive = tarOf([{ name: 'n'.repeat(300), content: 'long name' }, { name: `${'d/'.repeat(64)}deep.txt`, content: 'too deep' }, { name: `${'d/'.repeat(63)}kept.txt`, content: 'kept' }, ...chain])
+    expect(archive.length).toBeLessThan(64 * 1024)
+    const answer = await requestAs(app, null, 'PUT', '/v1/workspaces/deep/archive', archive, { 'content-type': 'application/gzip' })
+    expect(answer.status).toBe(200)
+    expect(answer.body).toMatchObject({ directories: 64, files: 1, skipped_count: 1000 - 64 + 2 })
+    expect(answer.body.skipped.slice(0, 3)).toEqual([
+      { path: 'n'.repeat(300), reason: 'a name longer than 255 bytes, or a path longer than 4096' },
+      { path: `${'d/'.repeat(64)}deep.txt`, reason: 'deeper than 64 levels' },
+      { path: 'd/'.repeat(65), reason: 'deeper than 64 levels' },
+    ])
+    const dir = app.runtime.workspaces.get('default', 'deep').dir
+    expect(await readFile(path.join(dir, ...Array.from({ length: 63 }, () => 'd'), 'kept.txt'), 'utf8')).toBe('kept')
   })
 })
 
@@ -399,5 +407,32 @@ describe('what the review of the hardening found', () => {
     }
     // The slot comes back when the stalled client goes.
     await until(async () => (await fetch(`${server.base}/v1/workspaces/big/archive`).then(async (r) => { await r.arrayBuffer(); return r.status })) === 200)
+  })
+
+  it('cuts a download whose client takes nothing for server.request_timeout_ms, so that its slot comes back', async () => {
+    const { server, root } = await serve({ limits: { max_concurrent: 1, max_queue: 0 }, server: { request_timeout_ms: 1000 } })
+    await createWorkspace(server.base, 'big')
+    await run('head', ['-c', String(32 * 1024 * 1024), '/dev/urandom'], { maxBuffer: 64 * 1024 * 1024, encoding: 'buffer' }).then(({ stdout }) => writeFile(path.join(root, 'tenants', 'default', 'ws', 'big', 'noise'), stdout))
+    const stalled = await new Promise<http.ClientRequest>((resolve, reject) => {
+      const request = http.get(`${server.base}/v1/workspaces/big/archive`, (response) => {
+        response.pause()
+        resolve(request)
+      })
+      request.on('error', reject)
+    })
+    onCleanup(async () => { stalled.destroy() })
+    // It never reads: the server cuts it, and the one download slot (503 while it is held) serves the next client.
+    await until(async () => {
+      const next = await fetch(`${server.base}/v1/workspaces/big/archive`)
+      await next.arrayBuffer().catch(() => {})
+      return next.status === 200
+    })
+  })
+
+  it('keeps every error body within limits.max_result_bytes, also one that quotes what a caller sent', async () => {
+    const app = await buildTestApp({ limits: { max_result_bytes: 256 } })
+    const answer = await requestAs(app, null, 'GET', `/v1/${'x'.repeat(8000)}`)
+    expectProblem(answer, 404, 'NotFound')
+    expect(Buffer.byteLength(JSON.stringify(answer.body))).toBeLessThan(256 + 200)
   })
 })

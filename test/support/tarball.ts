@@ -8,22 +8,22 @@ import { gzipSync } from 'node:zlib'
 /** `name` as bytes for one that is not UTF-8; `sparse` is GNU tar's sparse file (type S), which node-tar does not extract. */
 export interface TarEntry { name: string | Buffer, type?: 'file' | 'dir' | 'symlink' | 'hardlink' | 'sparse', content?: string | Buffer, linkname?: string, mode?: number }
 
-const TYPE = { file: '0', hardlink: '1', symlink: '2', dir: '5', sparse: 'S' }
+const TYPE = { file: '0', hardlink: '1', symlink: '2', dir: '5', sparse: 'S', pax: 'x' }
 
-function header (entry: TarEntry, size: number): Buffer {
+function header (entry: TarEntry | { name: string, type: 'pax' }, size: number): Buffer {
   const h = Buffer.alloc(512, 0)
   const put = (offset: number, length: number, value: string) => h.write(value, offset, Math.min(length, Buffer.byteLength(value)), 'utf8')
   const octal = (value: number, length: number) => `${value.toString(8).padStart(length - 1, '0')}\0`
   if (typeof entry.name === 'string') put(0, 100, entry.name)
   else entry.name.copy(h, 0, 0, 100)
-  put(100, 8, octal(entry.mode ?? (entry.type === 'dir' ? 0o755 : 0o644), 8))
+  put(100, 8, octal(('mode' in entry ? entry.mode : undefined) ?? (entry.type === 'dir' ? 0o755 : 0o644), 8))
   put(108, 8, octal(0, 8))
   put(116, 8, octal(0, 8))
   put(124, 12, octal(size, 12))
   put(136, 12, octal(Math.floor(Date.now() / 1000), 12))
   put(148, 8, '        ')
   put(156, 1, TYPE[entry.type ?? 'file'])
-  put(157, 100, entry.linkname ?? '')
+  put(157, 100, ('linkname' in entry ? entry.linkname : undefined) ?? '')
   put(257, 6, 'ustar\0')
   put(263, 2, '00')
   let sum = 0
@@ -35,9 +35,18 @@ function header (entry: TarEntry, size: number): Buffer {
 /** A .tar.gz of the entries, as written. */
 export function tarOf (entries: TarEntry[]): Buffer {
   const parts: Buffer[] = []
+  const padding = (length: number) => Buffer.alloc((512 - (length % 512)) % 512)
   for (const entry of entries) {
+    // A name longer than the header's 100 bytes goes in a pax record before it, as `path=…`.
+    if (typeof entry.name === 'string' && Buffer.byteLength(entry.name) > 100) {
+      const body = `path=${entry.name}\n`
+      let length = Buffer.byteLength(body) + 2
+      while (String(length).length + 1 + Buffer.byteLength(body) !== length) length = String(length).length + 1 + Buffer.byteLength(body)
+      const record = Buffer.from(`${length} ${body}`)
+      parts.push(header({ name: 'PaxHeader', type: 'pax' }, record.length), record, padding(record.length))
+    }
     const data = Buffer.from(entry.type === undefined || entry.type === 'file' ? entry.content ?? '' : '')
-    parts.push(header(entry, data.length), data, Buffer.alloc((512 - (data.length % 512)) % 512))
+    parts.push(header(entry, data.length), data, padding(data.length))
   }
   parts.push(Buffer.alloc(1024))
   return gzipSync(Buffer.concat(parts))

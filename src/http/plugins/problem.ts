@@ -6,6 +6,7 @@
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { isFailure, PROBLEM_CONTENT_TYPE, toProblem, ToolError } from '../../errors.ts'
+import { errorWithinLimit } from '../../execution/truncate.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -88,7 +89,7 @@ function logFailure (request: FastifyRequest, error: FastifyError, problem: Tool
  * problem+json. The tool a route names is noted first of all, so that even a
  * 401, a 413 or a malformed body answers with `tool`.
  */
-export function installProblemHandlers (app: FastifyInstance): void {
+export function installProblemHandlers (app: FastifyInstance, maxResultBytes: number): void {
   // Declared, so that every request object has the same shape.
   app.decorateRequest('toolName', undefined)
   // A callback hook: it runs for every request, and a promise per request is not free.
@@ -99,8 +100,9 @@ export function installProblemHandlers (app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const problem = fromFastifyError(error, request)
     logFailure(request, error, problem)
-    return sendProblem(request, reply, problem)
+    // Within the result limit as a call's error is (execute.ts): a detail may quote what a caller sent (an archive's names).
+    return sendProblem(request, reply, errorWithinLimit(problem, maxResultBytes))
   })
   app.setNotFoundHandler((request, reply) =>
-    sendProblem(request, reply, new ToolError('NotFound', `no route ${request.method} ${request.url.split('?')[0]}`)))
+    sendProblem(request, reply, errorWithinLimit(new ToolError('NotFound', `no route ${request.method} ${request.url.split('?')[0]}`), maxResultBytes)))
 }

@@ -32,12 +32,18 @@ const ExtractReply = Type.Object({
 export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   const store = runtime.workspaces
   const serviceLimits = runtime.config.limits
-  const downloads = new Limiter({
-    name: 'archive downloads',
+  // Archives move at the pace of their client: each direction takes turns in a limiter of its own (a quarter of the
+  // service's slots), so that clients that send or read slowly hold no slot a tool call needs.
+  const archiveLimiter = (name: string): Limiter => new Limiter({
+    name,
     maxConcurrent: Math.max(1, Math.ceil(serviceLimits.max_concurrent / 4)),
     maxQueue: serviceLimits.max_queue,
     queueTimeoutMs: serviceLimits.queue_timeout_ms,
   })
+  const uploads = archiveLimiter('archive uploads')
+  const downloads = archiveLimiter('archive downloads')
+  /** How long a download may go without its client taking any of it before it is cut. */
+  const stalledAfterMs = runtime.config.server.request_timeout_ms
   // The body is read as the extraction goes, never buffered (extractArchive counts and bounds it).
   app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, (_request, payload, done) => { done(null, payload) })
 
@@ -57,7 +63,7 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       if (Number(request.headers['content-length']) > maxBodyBytes) throw new ToolError('PayloadTooLarge', `the body is larger than ${maxBodyBytes} bytes`)
       // The client leaving, or the drain of a shutdown running out, stops the upload.
       const signal = AbortSignal.any([callerOf(request, reply).signal, runtime.killSignal])
-      const release = await acquireAll([runtime.limiter], signal, runtime.metrics)
+      const release = await acquireAll([uploads], signal, runtime.metrics)
       try {
         const { tenant } = request.principal
         const existed = await store.find(tenant, request.params.id).then(() => true, () => false)
@@ -94,13 +100,13 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     ensureMayReadFiles(request.principal)
     const record = await store.find(request.principal.tenant, request.params.id)
     const { signal } = callerOf(request, reply)
-    // Packing costs CPU for as long as the client reads, so downloads are bounded; by a limiter of their
-    // own, so that clients that stop reading cannot hold the slots tool calls need.
     const release = await acquireAll([downloads], signal, runtime.metrics)
     const archive = packWorkspace(record.dir, request.log as Logger)
-    // A token revoked meanwhile ends the download, as it ends calls and streams (the client sees it cut short).
+    // A token revoked meanwhile ends the download, as it ends calls and streams (the client sees it cut short);
+    // so does a client that takes nothing for request_timeout_ms, which would hold its slot for good.
     const stop = (): void => { archive.destroy() }
     signal.addEventListener('abort', stop, { once: true })
+    reply.raw.setTimeout(stalledAfterMs, () => { reply.raw.destroy() })
     reply.raw.once('close', () => {
       signal.removeEventListener('abort', stop)
       release()
