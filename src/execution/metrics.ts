@@ -100,16 +100,23 @@ export function createMetrics (sources: MetricsSources, options: { defaultMetric
     void ensureLoaded()
   }
 
+  const scrape = async (): Promise<string> => {
+    const metrics = await ensureLoaded()
+    let text = await metrics.registry.metrics()
+    for (let round = 0; round < SAMPLE_WAIT_ROUNDS && NO_SAMPLE_YET.test(text); round++) {
+      await sleep(EVENT_LOOP_SAMPLE_MS * 1.5)
+      text = await metrics.registry.metrics()
+    }
+    return text
+  }
+  // Scrapes that come together share one: each would reset the event-loop monitor the others wait on.
+  let scraping: Promise<string> | undefined
+
   return {
     registry: {
-      metrics: async () => {
-        const metrics = await ensureLoaded()
-        let text = await metrics.registry.metrics()
-        for (let round = 0; round < SAMPLE_WAIT_ROUNDS && NO_SAMPLE_YET.test(text); round++) {
-          await sleep(EVENT_LOOP_SAMPLE_MS * 1.5)
-          text = await metrics.registry.metrics()
-        }
-        return text
+      metrics: () => {
+        scraping ??= scrape().finally(() => { scraping = undefined })
+        return scraping
       },
       get contentType () {
         if (!loaded) throw new Error('metrics: contentType is known once metrics() has answered')

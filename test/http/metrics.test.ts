@@ -128,6 +128,17 @@ describe('GET /metrics', () => {
     }
   })
 
+  it('answers scrapes that come together with numbers, never Nan (each scrape resets the event-loop monitor the others read)', async () => {
+    const app = await buildMetricsApp()
+    await scrape(app)
+    const answers = await Promise.all(Array.from({ length: 12 }, () => app.inject({ method: 'GET', url: '/metrics' })))
+    for (const answer of answers) {
+      expect(answer.statusCode).toBe(200)
+      expect(answer.body).not.toMatch(/ Nan$/m)
+      expect(valueOf(parseExposition(answer.body), 'toolport_nodejs_eventloop_lag_mean_seconds')).toBeGreaterThanOrEqual(0)
+    }
+  })
+
   it('keeps unknown tool names out of the labels', async () => {
     const app = await buildMetricsApp()
     expect((await call(app, 'no_such_tool_xyz', {})).statusCode).toBe(404)
