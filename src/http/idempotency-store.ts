@@ -83,6 +83,13 @@ export class IdempotencyStore {
   readonly #held = new Set<Ticket>()
   /** Tenant directories known to exist: a claim then needs no mkdir. */
   readonly #madeDirs = new Set<string>()
+  /**
+   * The bytes each tenant's records hold (by tenant directory), as the last
+   * sweep counted them and this instance has stored since: what a tenant
+   * may make the service keep is bounded (`storedBytes`), and a request
+   * never lists a directory to know it.
+   */
+  readonly #stored = new Map<string, number>()
   #heartbeat: NodeJS.Timeout | undefined
   #sweeper: NodeJS.Timeout | undefined
 
@@ -92,13 +99,19 @@ export class IdempotencyStore {
     this.#log = options.log
   }
 
-  /** Starts the heartbeat and the sweep of expired records (neither keeps the process alive). */
+  /** Starts the heartbeat and the sweep of expired records, a first one at once (which counts what each tenant holds); neither keeps the process alive. */
   start (): void {
     this.#heartbeat = setInterval(() => { void this.#touchHeld() }, HEARTBEAT_MS).unref()
-    const sweepMs = Math.min(this.#ttlMs, MARKER_KEEP_MS)
-    this.#sweeper = setInterval(() => {
+    const sweep = (): void => {
       this.sweep().catch((error: unknown) => { this.#log.warn({ err: error }, 'idempotency sweep failed') })
-    }, sweepMs).unref()
+    }
+    sweep()
+    this.#sweeper = setInterval(sweep, Math.min(this.#ttlMs, MARKER_KEEP_MS)).unref()
+  }
+
+  /** The bytes the records of `tenant` hold, as last counted (every sweep) plus what this instance stored since. */
+  storedBytes (tenant: string): number {
+    return this.#stored.get(this.#tenantDir(tenant)) ?? 0
   }
 
   stop (): void {
@@ -112,7 +125,7 @@ export class IdempotencyStore {
    * running, or another request (reused).
    */
   async claim (tenant: string, key: string, fingerprint: string): Promise<ClaimResult> {
-    const tenantDir = path.join(this.dir, directoryNameOf(tenant))
+    const tenantDir = this.#tenantDir(tenant)
     const file = path.join(tenantDir, `${createHash('sha256').update(key).digest('hex')}.json`)
     const now = Date.now()
     const record = { state: 'running' as const, fingerprint, generation: randomUUID(), createdAt: now, expiresAt: now + this.#ttlMs }
@@ -136,7 +149,9 @@ export class IdempotencyStore {
   /** Stores the answer of a claimed request, for every later request with its key. */
   async complete (ticket: Ticket, answer: StoredAnswer): Promise<void> {
     this.#held.delete(ticket)
-    await writeAtomically(ticket.file, { ...ticket.record, state: 'done', answer })
+    const bytes = await writeAtomically(ticket.file, { ...ticket.record, state: 'done', answer })
+    const tenantDir = path.dirname(ticket.file)
+    this.#stored.set(tenantDir, (this.#stored.get(tenantDir) ?? 0) + bytes)
   }
 
   /** Gives a claimed key up (its request did not run): the next request with it runs. */
@@ -157,6 +172,7 @@ export class IdempotencyStore {
     const now = Date.now()
     for (const tenant of await readdir(this.dir).catch(() => [] as string[])) {
       const tenantDir = path.join(this.dir, tenant)
+      let kept = 0
       for (const name of await readdir(tenantDir).catch(() => [] as string[])) {
         const file = path.join(tenantDir, name)
         const info = await stat(file).catch(() => null)
@@ -166,12 +182,18 @@ export class IdempotencyStore {
           if (age > MARKER_KEEP_MS) await rm(file, { force: true })
           continue
         }
-        if (age <= Math.min(this.#ttlMs, ABANDONED_AFTER_MS)) continue
-        const found = await readRecord(file)
-        // Between this read and the removal another instance could replace the record; the window is a few
-        // microseconds, after the old record's own expiry, and costs at most one more run of a new request.
-        if (found !== 'absent' && this.#isStale(found)) await rm(file, { force: true })
+        if (age > Math.min(this.#ttlMs, ABANDONED_AFTER_MS)) {
+          const found = await readRecord(file)
+          // Between this read and the removal another instance could replace the record; the window is a few
+          // microseconds, after the old record's own expiry, and costs at most one more run of a new request.
+          if (found !== 'absent' && this.#isStale(found)) {
+            await rm(file, { force: true })
+            continue
+          }
+        }
+        kept += info.size
       }
+      this.#stored.set(tenantDir, kept)
     }
   }
 
@@ -183,6 +205,10 @@ export class IdempotencyStore {
   #isStale ({ record, mtimeMs }: FoundRecord): boolean {
     if (record?.state === 'done') return Date.now() > record.expiresAt
     return Date.now() - mtimeMs > ABANDONED_AFTER_MS
+  }
+
+  #tenantDir (tenant: string): string {
+    return path.join(this.dir, directoryNameOf(tenant))
   }
 
   #hold (ticket: Ticket): ClaimResult {
@@ -232,10 +258,13 @@ export class IdempotencyStore {
   }
 }
 
-async function writeAtomically (file: string, record: KeyRecord): Promise<void> {
+/** Writes `record` whole in place of `file`; answers its size. */
+async function writeAtomically (file: string, record: KeyRecord): Promise<number> {
   const temp = `${file}.${randomUUID()}.tmp`
-  await writeFile(temp, JSON.stringify(record))
+  const text = JSON.stringify(record)
+  await writeFile(temp, text)
   await rename(temp, file)
+  return Buffer.byteLength(text)
 }
 
 /** A record as read: `record` is null when the file holds no valid record (a claim half-written, or damaged). */

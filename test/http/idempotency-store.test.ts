@@ -3,7 +3,7 @@
  * whose instance died, expiry on access and by the sweep. Two stores on one
  * directory stand for two instances sharing a workspace root.
  */
-import { readdir, utimes, writeFile } from 'node:fs/promises'
+import { readdir, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -33,6 +33,25 @@ describe('IdempotencyStore', () => {
     await a.complete(ticket, ANSWER)
     expect(await b.claim('acme', 'key', 'f1')).toEqual({ kind: 'replay', answer: ANSWER })
     expect(await b.claim('acme', 'key', 'f2')).toEqual({ kind: 'reused' })
+  })
+
+  it('counts the bytes each tenant\'s records hold: as it stores them, and on a sweep from the disk (another instance\'s, or before a restart)', async () => {
+    const root = await tempDir()
+    const a = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    const b = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    await a.complete(ticketOf(await a.claim('acme', 'one', 'f')), ANSWER)
+    await a.complete(ticketOf(await a.claim('acme', 'two', 'f')), ANSWER)
+    const onDisk = async (tenant: string) => {
+      const dir = path.join(a.dir, tenant)
+      let total = 0
+      for (const name of await readdir(dir)) total += (await stat(path.join(dir, name))).size
+      return total
+    }
+    expect(a.storedBytes('acme')).toBe(await onDisk('acme'))
+    expect(a.storedBytes('beta')).toBe(0)
+    expect(b.storedBytes('acme')).toBe(0)
+    await b.sweep()
+    expect(b.storedBytes('acme')).toBe(await onDisk('acme'))
   })
 
   it('lets exactly one of several requests take over a running claim whose heartbeat stopped', async () => {

@@ -55,6 +55,23 @@ describe('Idempotency-Key', () => {
     expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
   })
 
+  it('keeps for a tenant at most as much as one of its workspaces may hold: past it a new key is 413 and nothing runs; replays go on', async () => {
+    const app = await buildTestApp({ workspaces: { tenant_quotas: { default: { max_workspace_bytes: 4096 } } } })
+    const bigAnswer = { workspace: 'w', arguments: { command: 'head -c 3000 /dev/zero | tr "\\000" x; echo ran >> log.txt' } }
+    expect((await post(app, EXECUTE, bigAnswer, 'first')).status).toBe(200)
+    expect((await post(app, EXECUTE, bigAnswer, 'second')).status).toBe(200)
+    // Two answers of over 3000 bytes each: the next key goes over the 4096 bytes.
+    const refused = await post(app, EXECUTE, bigAnswer, 'third')
+    expect(String(expectProblem(refused, 413, 'PayloadTooLarge')['detail'])).toContain('Idempotency-Key')
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran', 'ran'])
+    const replayed = await post(app, EXECUTE, bigAnswer, 'first')
+    expect(replayed.status).toBe(200)
+    expect(replayed.headers['idempotent-replayed']).toBe('true')
+    // Without a key the call runs as ever.
+    expect((await post(app, EXECUTE, bigAnswer)).status).toBe(200)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran', 'ran', 'ran'])
+  })
+
   it('takes the same body in another key order or spacing as the same request', async () => {
     const app = await buildTestApp()
     const first = await requestAs(app, null, 'POST', EXECUTE, JSON.stringify({ workspace: 'w', arguments: { command: 'echo ran >> log.txt' } }),

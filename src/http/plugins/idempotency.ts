@@ -7,6 +7,10 @@
  * request is 422 IdempotencyKeyReused; a repeat while the first still runs
  * is 409 Conflict.
  *
+ * What a tenant's keys keep is bounded by as much as one of its workspaces may
+ * hold (`workspaces.max_bytes`, or its quota): past it a new key is 413
+ * PayloadTooLarge, and replays go on.
+ *
  * Stored: every answer a handler gave, errors included, except one that
  * invites a retry: a 503 Overloaded (the limiter refused the call, or a
  * shutdown stopped it), a batch each of whose calls was so answered
@@ -96,11 +100,19 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
   const claim: preHandlerAsyncHookHandler = async (request, reply) => {
     const state = states.get(request)
     if (!state) return
-    const claimed = await store.claim(request.principal.tenant, state.key, state.fingerprint)
+    const { tenant } = request.principal
+    const claimed = await store.claim(tenant, state.key, state.fingerprint)
     switch (claimed.kind) {
-      case 'claimed':
+      case 'claimed': {
+        // The answers a tenant has the service keep are bounded as its files are: by as much as one workspace may hold.
+        const maxBytes = runtime.quotaOf(tenant).maxWorkspaceBytes
+        if (store.storedBytes(tenant) >= maxBytes) {
+          await store.release(claimed.ticket)
+          throw new ToolError('PayloadTooLarge', `the answers kept for this tenant's Idempotency-Keys hold ${maxBytes} bytes or more, as much as one workspace may; they go after server.idempotency_ttl_seconds: send this without a key, or later`)
+        }
         state.ticket = claimed.ticket
         return
+      }
       case 'replay': {
         if (claimed.answer.scope !== scopeOf(request)) {
           // The tools as they were when the answer was made: the registry may know others now, or here.
