@@ -202,16 +202,24 @@ export class ManagedProcess {
   }
 
   #stop (reason: 'killed' | 'timed_out', signal: KillSignal): void {
-    if (!this.running || this.#stopping || this.#exited) return
+    if (!this.running || this.#exited) return
+    if (this.#stopping) {
+      // A KILL asked for while an earlier signal's grace runs is the escalation, now rather than at the grace's end.
+      if (signal === 'KILL') this.#escalate()
+      return
+    }
     this.#stopping = { reason, signal }
     this.#signalUntilReached(`SIG${signal}`)
     if (signal !== 'KILL') {
-      this.#timers.push(setTimeout(() => {
-        if (this.#exited) return
-        this.#escalated = true
-        this.#launch.signalTree(this.#pid, 'SIGKILL')
-      }, KILL_GRACE_MS).unref())
+      this.#timers.push(setTimeout(() => { this.#escalate() }, KILL_GRACE_MS).unref())
     }
+  }
+
+  /** SIGKILL to the whole tree, once, unless the command has exited. */
+  #escalate (): void {
+    if (this.#exited || this.#escalated) return
+    this.#escalated = true
+    this.#launch.signalTree(this.#pid, 'SIGKILL')
   }
 
   /**

@@ -277,6 +277,22 @@ describe('processes over REST', () => {
     })
   }
 
+  it('kills at once on a KILL asked for while an earlier TERM\'s grace runs, not at the grace\'s end', async () => {
+    const s = await server()
+    const mark = uniqueSleepSeconds()
+    // A TERM handler that takes a second, then says so: a KILL at once leaves it no time to.
+    const p = await start(s, 'w', `trap 'sleep 1; echo handled' TERM; echo ready; sleep ${mark} & wait; sleep ${mark}`)
+    expect((await s.call('GET', `${procs('w')}/${p.id}/output?after=0&wait_ms=5000`)).body['chunks'][0].data).toBe('ready\n')
+    const term = s.call('POST', `${procs('w')}/${p.id}/kill`, { signal: 'TERM' })
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const killed = await s.call('POST', `${procs('w')}/${p.id}/kill`, { signal: 'KILL' })
+    expect(killed.body).toMatchObject({ state: 'killed' })
+    expect((await term).body).toMatchObject({ state: 'killed' })
+    const output = await s.call('GET', `${procs('w')}/${p.id}/output?after=0`)
+    expect(output.body['chunks'].map((chunk: Json) => chunk.data).join('')).toBe('ready\n')
+    expect(await survivorsWith(mark)).toEqual([])
+  })
+
   it('times out (timed_out, never exited 0), and keeps the last bytes of a flood with dropped_bytes', async () => {
     const s = await server()
     const slow = await start(s, 'w', `trap 'exit 0' TERM; sleep ${uniqueSleepSeconds()} & wait`, { timeout: 1 })
