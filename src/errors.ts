@@ -141,3 +141,13 @@ export function asToolError (error: unknown): ToolError {
   if (error instanceof ToolError) return error
   return new ToolError('ExecutionFailed', 'internal error while running the tool', { cause: error })
 }
+
+/**
+ * Why `signal` cut a request short, when its abort gave a ToolError as the
+ * reason (a token revoked meanwhile: Unauthorized); undefined for a bare
+ * abort (the client left), which the cut request answers as cancelled.
+ */
+export function abortReason (signal: AbortSignal | undefined): ToolError | undefined {
+  const reason: unknown = signal?.aborted === true ? signal.reason : undefined
+  return reason instanceof ToolError ? reason : undefined
+}

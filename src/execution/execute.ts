@@ -5,7 +5,7 @@
  * completion log line happen here, once.
  */
 import type { Logger } from 'pino'
-import { asToolError, isFailure, ToolError } from '../errors.ts'
+import { abortReason, asToolError, isFailure, ToolError } from '../errors.ts'
 import type { NameMatcher } from './globs.ts'
 import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
@@ -225,19 +225,16 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
 }
 
 /**
- * A call cut short because the drain timeout of a shutdown ran out did not
- * fail: another instance can run it, so it answers 503 with Retry-After.
- */
-/**
  * A call cut short answers why, not a bare "cancelled": a shutdown's drain
- * running out is a 503 to retry elsewhere; a caller's signal aborted with a
- * ToolError as its reason (a token revoked meanwhile) answers that error.
+ * running out did not fail it (another instance can run it: 503 with
+ * Retry-After); a caller's signal aborted with a ToolError as its reason
+ * (a token revoked meanwhile) answers that error.
  */
 function stoppedBy (error: ToolError, killSignal: AbortSignal, callerSignal: AbortSignal): ToolError {
   if (error.code !== 'ExecutionFailed') return error
   if (killSignal.aborted) return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
-  const reason: unknown = callerSignal.aborted ? callerSignal.reason : undefined
-  return reason instanceof ToolError ? new ToolError(reason.code, reason.message, { cause: error }) : error
+  const reason = abortReason(callerSignal)
+  return reason ? new ToolError(reason.code, reason.message, { cause: error }) : error
 }
 
 function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null): void {

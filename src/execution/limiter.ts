@@ -3,7 +3,7 @@
  * of waiters, and a maximum queue wait. Beyond those, `acquire` rejects with a
  * ToolError (Overloaded by default; spawn's own limit uses ExecutionFailed).
  */
-import { type ErrorCode, ToolError } from '../errors.ts'
+import { abortReason, type ErrorCode, ToolError } from '../errors.ts'
 
 export interface LimiterOptions {
   name: string
@@ -75,7 +75,7 @@ export class Limiter {
         grant: (release) => { cleanup(); resolve(release) },
         fail: (error) => { cleanup(); reject(error) },
       }
-      const onAbort = (): void => waiter.fail(new ToolError('ExecutionFailed', 'the call was cancelled while queued'))
+      const onAbort = (): void => waiter.fail(abortReason(signal) ?? new ToolError('ExecutionFailed', 'the call was cancelled while queued'))
       signal?.addEventListener('abort', onAbort, { once: true })
       this.#queue.push(waiter)
       this.#arm()

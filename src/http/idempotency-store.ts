@@ -49,6 +49,8 @@ type KeyRecord = (RecordBase & { state: 'running' }) | (RecordBase & { state: 'd
 export interface Ticket {
   readonly file: string
   readonly record: RecordBase & { state: 'running' }
+  /** Bytes set aside for its answer (`reserve`), counted until it is stored or released. */
+  reserved: number
 }
 
 export type ClaimResult =
@@ -84,12 +86,16 @@ export class IdempotencyStore {
   /** Tenant directories known to exist: a claim then needs no mkdir. */
   readonly #madeDirs = new Set<string>()
   /**
-   * The bytes each tenant's records hold (by tenant directory), as the last
-   * sweep counted them and this instance has stored since: what a tenant
-   * may make the service keep is bounded (`storedBytes`), and a request
-   * never lists a directory to know it.
+   * What each tenant's records hold (by tenant directory), so that what a
+   * tenant may make the service keep is bounded (`storedBytes`) without a
+   * request ever listing a directory: the bytes the last sweep counted and
+   * this instance has stored since, the bytes this instance has written in
+   * all (what a sweep adds for the writes made while it walked), and the
+   * bytes set aside for the answers of claims still running.
    */
-  readonly #stored = new Map<string, number>()
+  readonly #counted = new Map<string, number>()
+  readonly #written = new Map<string, number>()
+  readonly #reserved = new Map<string, number>()
   #heartbeat: NodeJS.Timeout | undefined
   #sweeper: NodeJS.Timeout | undefined
 
@@ -109,9 +115,16 @@ export class IdempotencyStore {
     this.#sweeper = setInterval(sweep, Math.min(this.#ttlMs, MARKER_KEEP_MS)).unref()
   }
 
-  /** The bytes the records of `tenant` hold, as last counted (every sweep) plus what this instance stored since. */
+  /** The bytes the records of `tenant` hold, as last counted (every sweep), with what this instance stored and set aside since. */
   storedBytes (tenant: string): number {
-    return this.#stored.get(this.#tenantDir(tenant)) ?? 0
+    const dir = this.#tenantDir(tenant)
+    return (this.#counted.get(dir) ?? 0) + (this.#reserved.get(dir) ?? 0)
+  }
+
+  /** Sets `bytes` aside for the answer of a claim, so that the claims running together count against the bound. */
+  reserve (ticket: Ticket, bytes: number): void {
+    ticket.reserved += bytes
+    add(this.#reserved, path.dirname(ticket.file), bytes)
   }
 
   stop (): void {
@@ -130,11 +143,11 @@ export class IdempotencyStore {
     const now = Date.now()
     const record = { state: 'running' as const, fingerprint, generation: randomUUID(), createdAt: now, expiresAt: now + this.#ttlMs }
     for (let round = 0; round < CLAIM_ROUNDS; round++) {
-      if (await this.#create(tenantDir, file, record)) return this.#hold({ file, record })
+      if (await this.#create(tenantDir, file, record)) return this.#hold({ file, record, reserved: 0 })
       const found = await readRecord(file)
       if (found === 'absent') continue
       if (this.#isStale(found)) {
-        if (await this.#replace(file, generationOf(found), record)) return this.#hold({ file, record })
+        if (await this.#replace(file, generationOf(found), record)) return this.#hold({ file, record, reserved: 0 })
         continue
       }
       // Unreadable and recent: a claim being written this very moment.
@@ -149,14 +162,19 @@ export class IdempotencyStore {
   /** Stores the answer of a claimed request, for every later request with its key. */
   async complete (ticket: Ticket, answer: StoredAnswer): Promise<void> {
     this.#held.delete(ticket)
-    const bytes = await writeAtomically(ticket.file, { ...ticket.record, state: 'done', answer })
-    const tenantDir = path.dirname(ticket.file)
-    this.#stored.set(tenantDir, (this.#stored.get(tenantDir) ?? 0) + bytes)
+    try {
+      const bytes = await writeAtomically(ticket.file, { ...ticket.record, state: 'done', answer })
+      add(this.#counted, path.dirname(ticket.file), bytes)
+      add(this.#written, path.dirname(ticket.file), bytes)
+    } finally {
+      this.#unreserve(ticket)
+    }
   }
 
   /** Gives a claimed key up (its request did not run): the next request with it runs. */
   async release (ticket: Ticket): Promise<void> {
     this.#held.delete(ticket)
+    this.#unreserve(ticket)
     const found = await readRecord(ticket.file)
     // Only our own claim: after a takeover the record is another request's.
     if (found !== 'absent' && found.record?.generation === ticket.record.generation) await rm(ticket.file, { force: true })
@@ -172,6 +190,7 @@ export class IdempotencyStore {
     const now = Date.now()
     for (const tenant of await readdir(this.dir).catch(() => [] as string[])) {
       const tenantDir = path.join(this.dir, tenant)
+      const writtenBefore = this.#written.get(tenantDir) ?? 0
       let kept = 0
       for (const name of await readdir(tenantDir).catch(() => [] as string[])) {
         const file = path.join(tenantDir, name)
@@ -193,7 +212,8 @@ export class IdempotencyStore {
         }
         kept += info.size
       }
-      this.#stored.set(tenantDir, kept)
+      // What this instance stored while the walk went on may be missing from it: counted once more rather than lost.
+      this.#counted.set(tenantDir, kept + (this.#written.get(tenantDir) ?? 0) - writtenBefore)
     }
   }
 
@@ -209,6 +229,11 @@ export class IdempotencyStore {
 
   #tenantDir (tenant: string): string {
     return path.join(this.dir, directoryNameOf(tenant))
+  }
+
+  #unreserve (ticket: Ticket): void {
+    add(this.#reserved, path.dirname(ticket.file), -ticket.reserved)
+    ticket.reserved = 0
   }
 
   #hold (ticket: Ticket): ClaimResult {
@@ -256,6 +281,10 @@ export class IdempotencyStore {
       })
     }
   }
+}
+
+function add (counts: Map<string, number>, key: string, bytes: number): void {
+  counts.set(key, (counts.get(key) ?? 0) + bytes)
 }
 
 /** Writes `record` whole in place of `file`; answers its size. */

@@ -304,6 +304,49 @@ describe('a tokens file', () => {
     expect(JSON.stringify(await retry.json())).toContain('ran')
   }, 30_000)
 
+  it('keeps the answer of a batch some of whose calls ran before its token\'s revocation cut the rest: a retry replays it, nothing runs twice', async () => {
+    const { file, publish } = await secretMount()
+    const app = await buildTestApp({ auth: { tokens_file: file } })
+    const base = await listening(app)
+    const marker = `batch-rotation-${process.pid}-${Date.now()}`
+    const body = JSON.stringify({
+      workspace: 'rotated',
+      calls: [
+        { id: 'a', name: 'exec_shell', arguments: { command: 'echo ran >> log.txt' } },
+        { id: 'b', name: 'exec_shell', arguments: { command: `sleep 3; echo second >> log.txt # ${marker}` } },
+      ],
+    })
+    const headers = (token: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': 'batch-1' })
+    const cut = fetch(`${base}/v1/tool-calls`, { method: 'POST', headers: headers('first-token'), body })
+    await vi.waitFor(() => { expect(processesWith(marker).length).toBeGreaterThan(0) }, { timeout: 5000, interval: 50 })
+    await publish('..v2', '- { token: second-token, tenant: acme }\n')
+    const answer = await cut
+    expect(answer.status).toBe(200)
+    expect(((await answer.json()) as { results: Array<{ status: number }> }).results.map((r) => r.status)).toEqual([200, 401])
+    const retry = await fetch(`${base}/v1/tool-calls`, { method: 'POST', headers: headers('second-token'), body })
+    expect(retry.headers.get('idempotent-replayed')).toBe('true')
+    const log = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { authorization: 'Bearer second-token' }, payload: { workspace: 'rotated', arguments: { path: 'log.txt' } } })
+    expect(log.json().result.content).toBe('ran\n')
+  }, 30_000)
+
+  it('answers 401 to a download its token\'s revocation cuts while it waits for a slot (not a 500 "cancelled")', async () => {
+    const { file, publish } = await secretMount()
+    await publish('..both', '- { token: first-token, tenant: acme }\n- { token: other-token, tenant: acme }\n')
+    const app = await buildTestApp({ auth: { tokens_file: file }, limits: { max_concurrent: 1, queue_timeout_ms: 30_000 } })
+    const base = await listening(app)
+    expect((await execAs(app, 'first-token', 'exec_shell', { command: 'head -c 48000000 /dev/urandom > big' }, 'large')).status).toBe(200)
+    // The only download slot is held by a client of the token that stays, which reads nothing yet.
+    const holder = await fetch(`${base}/v1/workspaces/large/archive`, { headers: { authorization: 'Bearer first-token' } })
+    expect(holder.status).toBe(200)
+    const queued = fetch(`${base}/v1/workspaces/large/archive`, { headers: { authorization: 'Bearer other-token' } })
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await publish('..one', '- { token: first-token, tenant: acme }\n')
+    const answer = await queued
+    expect(answer.status).toBe(401)
+    expect(await answer.json()).toMatchObject({ code: 'Unauthorized', detail: 'the token was revoked while the request ran' })
+    await holder.body?.cancel()
+  }, 30_000)
+
   it('ends an archive download whose token it revokes, as it ends calls and streams', async () => {
     const { file, publish } = await secretMount()
     const app = await buildTestApp({ auth: { tokens_file: file } })

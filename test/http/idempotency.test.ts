@@ -72,6 +72,14 @@ describe('Idempotency-Key', () => {
     expect(await linesOf(app, 'log.txt')).toEqual(['ran', 'ran', 'ran'])
   })
 
+  it('counts the answers of keyed requests running together against that bound: of a burst past it, one runs', async () => {
+    const app = await buildTestApp({ workspaces: { tenant_quotas: { default: { max_workspace_bytes: 4096 } } } })
+    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => post(app, EXECUTE, appendLine(), `burst-${i}`)))
+    expect(answers.filter((answer) => answer.status === 200)).toHaveLength(1)
+    expect(answers.filter((answer) => answer.status === 413)).toHaveLength(11)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
+  })
+
   it('takes the same body in another key order or spacing as the same request', async () => {
     const app = await buildTestApp()
     const first = await requestAs(app, null, 'POST', EXECUTE, JSON.stringify({ workspace: 'w', arguments: { command: 'echo ran >> log.txt' } }),

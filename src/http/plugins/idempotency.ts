@@ -13,8 +13,8 @@
  *
  * Stored: every answer a handler gave, errors included, except one that
  * invites a retry: a 503 Overloaded (the limiter refused the call, or a
- * shutdown stopped it), a batch each of whose calls was so answered
- * (`inviteRetry`), or one cut by its token's revocation (401). Its key is released, and the retry runs. The layer's
+ * shutdown stopped it), a 401 (its token's revocation cut it short), or a
+ * batch each of whose calls was so answered (`inviteRetry`). Its key is released, and the retry runs. The layer's
  * own 400, 409 and 422 never touch the record. A request with a key runs to
  * its end even when its client goes away (caller.ts), so the client's retry
  * finds the answer and the call never runs twice.
@@ -110,6 +110,8 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
           await store.release(claimed.ticket)
           throw new ToolError('PayloadTooLarge', `the answers kept for this tenant's Idempotency-Keys hold ${maxBytes} bytes or more, as much as one workspace may; they go after server.idempotency_ttl_seconds: send this without a key, or later`)
         }
+        // Checked and set aside in one turn of the event loop: requests that claim together see each other's answers coming.
+        store.reserve(claimed.ticket, runtime.config.limits.max_result_bytes)
         state.ticket = claimed.ticket
         return
       }
@@ -134,9 +136,9 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
     states.delete(request)
     try {
       const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined
-      // A request whose token was revoked while it ran was cut by that, not answered: the retry (with a token now valid) runs.
-      const cut = request.principal.revoked?.aborted === true
-      if (body === undefined || reply.statusCode === 503 || cut || retryInvited.has(request)) await store.release(ticket)
+      // A 401 here is a request its token's revocation cut short (auth answered before the key was claimed): the retry,
+      // with a token now valid, runs it.
+      if (body === undefined || reply.statusCode === 503 || reply.statusCode === 401 || retryInvited.has(request)) await store.release(ticket)
       else await store.complete(ticket, { status: reply.statusCode, headers: keptHeaders(reply), body, scope: scopeOf(request), tools: toolsCalled(request) })
     } catch (error) {
       // The answer still goes out; a retry then finds the claim running until it is abandoned.

@@ -16,6 +16,9 @@ import { callerOf } from '../caller.ts'
 import { inviteRetry } from '../plugins/idempotency.ts'
 import { AnyJson, JsonObject, problems } from '../schemas.ts'
 
+/** A call's answer that its caller is to retry: the call was refused or stopped before its own answer. */
+const RETRY_INVITED: ReadonlySet<string> = new Set(['Overloaded', 'Unauthorized'])
+
 /** More calls than this in one turn is not a model turn. */
 export const MAX_BATCH_CALLS = 256
 
@@ -76,9 +79,9 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
       // instead of filling the limiter's queue and being refused.
       const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
       const done = await mapWithConcurrency(calls, width, run)
-      // A batch none of whose calls ran to an answer of its own (each refused, or stopped by a shutdown's
-      // drain) is to be retried; one some of whose calls did is kept, so that none runs twice.
-      if (done.length > 0 && done.every(({ outcome }) => !outcome.ok && outcome.error.code === 'Overloaded')) inviteRetry(request)
+      // A batch none of whose calls ran to an answer of its own (each refused, stopped by a shutdown's drain,
+      // or cut by its token's revocation) is to be retried; one some of whose calls did is kept, so that none runs twice.
+      if (done.length > 0 && done.every(({ outcome }) => !outcome.ok && RETRY_INVITED.has(outcome.error.code))) inviteRetry(request)
       const format = request.body.format ?? 'native'
       const messages = done.map(({ id, outcome }) => toolMessage(id, outcome, format))
       const results = done.map(({ id, outcome }) => batchResult(id, outcome, request.id))
