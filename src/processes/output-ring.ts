@@ -110,20 +110,33 @@ export class OutputRing {
   }
 
   /**
-   * `to` moved back to a character's start, unless that leaves nothing
-   * after `from`, when it is moved on past the first character. A character
-   * has at most three continuation bytes: a longer run of them is bytes that
-   * are not UTF-8, each a character of its own (U+FFFD).
+   * `to` moved back to the start of a character it would cut, unless that
+   * leaves nothing after `from`: then `to` is past the first character.
    */
   #boundaryBefore (from: number, to: number): number {
     if (to >= this.#end) return this.#end
-    let cut = to
-    while (cut > from && to - cut < MAX_CONTINUATION_BYTES && isContinuation(this.#byteAt(cut))) cut--
-    if (isContinuation(this.#byteAt(cut)) && cut > from) return to
-    if (cut > from) return cut
-    cut = from + 1
-    while (cut < this.#end && cut - from <= MAX_CONTINUATION_BYTES && isContinuation(this.#byteAt(cut))) cut++
-    return cut
+    for (let back = 1; back <= MAX_CONTINUATION_BYTES && to - back >= from; back++) {
+      const start = to - back
+      if (isContinuation(this.#byteAt(start))) continue
+      // The nearest byte that is not a continuation: `to` cuts the character it starts only if that runs past `to`.
+      const cut = this.#characterLength(start) > back ? start : to
+      return cut > from ? cut : from + this.#characterLength(from)
+    }
+    return to
+  }
+
+  /**
+   * The bytes of the character at `cursor` as a decoder reads it: a lead
+   * byte and the continuation bytes it announces when they all follow, else
+   * one byte (read as U+FFFD).
+   */
+  #characterLength (cursor: number): number {
+    const lead = this.#byteAt(cursor)
+    const length = lead < 0x80 ? 1 : lead >= 0xf0 && lead < 0xf8 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1
+    for (let i = 1; i < length; i++) {
+      if (cursor + i >= this.#end || !isContinuation(this.#byteAt(cursor + i))) return 1
+    }
+    return length
   }
 
   /** The kept bytes between two cursors, one chunk per run of one stream. */
@@ -140,6 +153,7 @@ export class OutputRing {
 
   #store (stream: StreamName, bytes: Buffer): void {
     if (this.#runs.at(-1)?.stream !== stream) this.#runs.push({ at: this.#end, stream })
+    const startBefore = this.#start
     let kept = bytes
     if (bytes.length >= this.#capacity) {
       // Only the last `capacity` bytes of a write this large can stay: the ring starts afresh with them.
@@ -155,9 +169,9 @@ export class OutputRing {
       done += kept.copy(this.#buffer, at, done, Math.min(kept.length, done + this.#buffer.length - at))
     }
     this.#end += kept.length
-    if (this.#end - this.#start > this.#buffer.length) {
-      this.#start = this.#end - this.#buffer.length
-      // The oldest byte kept starts a character: a read from it never begins with the rest of one evicted.
+    if (this.#end - this.#start > this.#buffer.length) this.#start = this.#end - this.#buffer.length
+    // Where older bytes were let go, the oldest byte kept starts a character: a read never begins with the rest of one.
+    if (this.#start > startBefore) {
       for (let skipped = 0; skipped < MAX_CONTINUATION_BYTES && this.#start < this.#end && isContinuation(this.#byteAt(this.#start)); skipped++) this.#start++
     }
     while (this.#runs.length > 1 && (this.#runs[1] as { at: number }).at <= this.#start) this.#runs.shift()

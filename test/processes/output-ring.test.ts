@@ -89,6 +89,19 @@ describe('OutputRing', () => {
     expect(Buffer.byteLength(text(continuations, 0, 12).text)).toBeLessThanOrEqual(12)
     // One character larger decoded than maxBytes still comes whole.
     expect(text(ring, 0, 1)).toMatchObject({ text: '\uFFFD', next: 1 })
+    // Each lone continuation byte is a character of its own: one is due, one comes.
+    expect(text(continuations, 0, 3)).toMatchObject({ text: '\uFFFD', next: 1 })
+    const mixed = new OutputRing(1024)
+    mixed.append('stdout', Buffer.from([0xc3, 0x80, 0x80, 0x80, 0x80]))
+    expect(text(mixed, 0, 2)).toMatchObject({ text: 'À', next: 2 })
+  })
+
+  it('starts after a character cut by letting older bytes go, also when one write is larger than the ring', () => {
+    const ring = new OutputRing(16)
+    ring.append('stdout', Buffer.from(`${'é'.repeat(20)}a`))
+    expect(text(ring, 0, 100)).toMatchObject({ text: `${'é'.repeat(7)}a`, dropped: 26 })
+    ring.append('stdout', Buffer.from('€€'))
+    expect(text(ring, 0, 100).text).not.toContain('\uFFFD')
   })
 
   it('keeps only the last capacity bytes and says how many were dropped; memory stays at the capacity', () => {
