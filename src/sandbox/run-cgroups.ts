@@ -77,6 +77,20 @@ const MEMORY_PROBE_BYTES = 64 * 1024 * 1024
 /** The file that sets a memory cgroup's bound. */
 const memoryLimitFile = (v1: boolean): string => v1 ? 'memory.limit_in_bytes' : 'memory.max'
 
+/**
+ * Swap goes with the memory bound where the kernel accounts it (v1: memory
+ * and swap together; v2: no swap at all), so that a run cannot page out
+ * past it; where it does not, there is no file to write.
+ */
+function boundSwap (dir: string, v1: boolean, maxMemoryBytes: number): void {
+  try {
+    if (v1) writeFileSync(path.join(dir, 'memory.memsw.limit_in_bytes'), String(maxMemoryBytes))
+    else writeFileSync(path.join(dir, 'memory.swap.max'), '0')
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+  }
+}
+
 /** Can a cgroup be made under `base` and given `limit`? (Made, written and removed.) */
 function canMake (base: string, limit: { file: string, value: string }): boolean {
   const probe = path.join(base, `toolport-probe-${process.pid}`)
@@ -234,7 +248,9 @@ export class RunCgroups {
     const memory = this.#memory.base === this.#pids.base ? undefined : path.join(this.#memory.base, name)
     try {
       if (memory !== undefined) mkdirSync(memory)
-      writeFileSync(path.join(memory ?? pids, memoryLimitFile(this.#memory.v1)), String(limits.maxMemoryBytes))
+      const dir = memory ?? pids
+      writeFileSync(path.join(dir, memoryLimitFile(this.#memory.v1)), String(limits.maxMemoryBytes))
+      boundSwap(dir, this.#memory.v1, limits.maxMemoryBytes)
     } catch (error) {
       removeDirs({ pids, memory })
       throw error

@@ -53,6 +53,9 @@ describe('run cgroups', () => {
     const limitFile = v1 ? path.join('/sys/fs/cgroup/memory', where, 'memory.limit_in_bytes') : path.join('/sys/fs/cgroup', where, 'memory.max')
     expect(where).toMatch(/toolport-\d+-\d+$/)
     expect(readFileSync(limitFile, 'utf8').trim()).toBe(String(48 * 2 ** 20))
+    // Swap goes with it where the kernel accounts swap (here: v1 with memsw), so that paging out does not pass the bound.
+    const swapFile = path.join(path.dirname(limitFile), v1 ? 'memory.memsw.limit_in_bytes' : 'memory.swap.max')
+    if (existsSync(swapFile)) expect(readFileSync(swapFile, 'utf8').trim()).toBe(v1 ? String(48 * 2 ** 20) : '0')
     await run.release()
     expect(alive(pid)).toBe(false)
     expect(existsSync(limitFile) ? readFileSync(path.join(path.dirname(limitFile), 'cgroup.procs'), 'utf8').trim() : '').toBe('')

@@ -164,7 +164,7 @@ function documented (schema: FastifySchema): FastifySchema {
   return {
     ...schema,
     headers: { ...headers, properties: { ...headers.properties, [KEY_HEADER]: keyHeader } },
-    response: { ...problems(409, 422), ...(schema.response as Record<number, unknown> | undefined) },
+    response: { ...problems(409, 413, 422), ...(schema.response as Record<number, unknown> | undefined) },
   }
 }
 

@@ -113,7 +113,7 @@ function workspaceNamed (rawHeaders: string[]): string | undefined {
   if (values.length > 1) throw new ToolError('BadRequest', 'Toolport-Workspace must be given once')
   if (values[0] === undefined) return undefined
   const bytes = Buffer.from(values[0], 'latin1')
-  if (!isUtf8(bytes)) throw new ToolError('BadRequest', 'Toolport-Workspace must be UTF-8')
+  if (!isUtf8(bytes)) throw new ToolError('InvalidArgs', 'Toolport-Workspace must be UTF-8')
   return bytes.toString('utf8')
 }
 
