@@ -241,17 +241,19 @@ export class RunCgroups {
   #make (limits: RunLimits): RunDirs {
     const name = `toolport-${process.pid}-${++counter}`
     const pids = path.join(this.#pids.base, name)
-    mkdirSync(pids)
-    writeFileSync(path.join(pids, 'pids.max'), String(limits.maxProcesses))
-    if (this.#memory === undefined) return { pids }
     // v2 with both controllers: one cgroup bounds both.
-    const memory = this.#memory.base === this.#pids.base ? undefined : path.join(this.#memory.base, name)
+    const memory = this.#memory === undefined || this.#memory.base === this.#pids.base ? undefined : path.join(this.#memory.base, name)
+    mkdirSync(pids)
     try {
-      if (memory !== undefined) mkdirSync(memory)
-      const dir = memory ?? pids
-      writeFileSync(path.join(dir, memoryLimitFile(this.#memory.v1)), String(limits.maxMemoryBytes))
-      boundSwap(dir, this.#memory.v1, limits.maxMemoryBytes)
+      writeFileSync(path.join(pids, 'pids.max'), String(limits.maxProcesses))
+      if (this.#memory !== undefined) {
+        if (memory !== undefined) mkdirSync(memory)
+        const dir = memory ?? pids
+        writeFileSync(path.join(dir, memoryLimitFile(this.#memory.v1)), String(limits.maxMemoryBytes))
+        boundSwap(dir, this.#memory.v1, limits.maxMemoryBytes)
+      }
     } catch (error) {
+      // Nothing of a run that cannot start is left behind.
       removeDirs({ pids, memory })
       throw error
     }
