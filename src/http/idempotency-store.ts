@@ -18,32 +18,12 @@
  * workspaces: it only borrows their root and their directory naming.
  */
 import { createHash, randomUUID } from 'node:crypto'
-import { mkdir, open, readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { directoryNameOf } from '../workspaces/ids.ts'
-
-/** What a request answered, as the client got it. */
-export interface StoredAnswer {
-  status: number
-  headers: Record<string, string>
-  body: string
-  /** A digest of the first caller's allowed tools (records made before it was kept have none). */
-  scope?: string
-  /** The tools the request called, as the registry named them then (a name it did not know, as sent). */
-  tools?: string[]
-}
-
-interface RecordBase {
-  /** The method, path and body of the request that claimed the key (a digest). */
-  fingerprint: string
-  /** Names this claim; a replacement of a stale record claims a marker named after it. */
-  generation: string
-  createdAt: number
-  expiresAt: number
-}
-
-type KeyRecord = (RecordBase & { state: 'running' }) | (RecordBase & { state: 'done', answer: StoredAnswer })
+import { errnoOf, type FoundRecord, generationOf, type KeyRecord, type RecordBase, readRecord, type StoredAnswer, writeAtomically } from './idempotency-records.ts'
+import { RecordBytes } from './idempotency-usage.ts'
 
 /** A claim this instance holds: its request runs, and must `complete` or `release` it. */
 export interface Ticket {
@@ -75,8 +55,6 @@ const MARKER_KEEP_MS = 10 * 60_000
 /** Rounds of read-and-claim before a key whose record keeps changing counts as taken by a running request. */
 const CLAIM_ROUNDS = 3
 
-const errnoOf = (error: unknown): string | undefined => (error as NodeJS.ErrnoException).code
-
 export class IdempotencyStore {
   readonly dir: string
   readonly #ttlMs: number
@@ -85,17 +63,8 @@ export class IdempotencyStore {
   readonly #held = new Set<Ticket>()
   /** Tenant directories known to exist: a claim then needs no mkdir. */
   readonly #madeDirs = new Set<string>()
-  /**
-   * What each tenant's records hold (by tenant directory), so that what a
-   * tenant may make the service keep is bounded (`storedBytes`) without a
-   * request ever listing a directory: the bytes the last sweep counted and
-   * this instance has stored since, the bytes this instance has written in
-   * all (what a sweep adds for the writes made while it walked), and the
-   * bytes set aside for the answers of claims still running.
-   */
-  readonly #counted = new Map<string, number>()
-  readonly #written = new Map<string, number>()
-  readonly #reserved = new Map<string, number>()
+  /** What each tenant's records hold: the bound on what a tenant may make the service keep. */
+  readonly #bytes = new RecordBytes()
   #heartbeat: NodeJS.Timeout | undefined
   #sweeper: NodeJS.Timeout | undefined
 
@@ -117,14 +86,13 @@ export class IdempotencyStore {
 
   /** The bytes the records of `tenant` hold, as last counted (every sweep), with what this instance stored and set aside since. */
   storedBytes (tenant: string): number {
-    const dir = this.#tenantDir(tenant)
-    return (this.#counted.get(dir) ?? 0) + (this.#reserved.get(dir) ?? 0)
+    return this.#bytes.of(this.#tenantDir(tenant))
   }
 
   /** Sets `bytes` aside for the answer of a claim, so that the claims running together count against the bound. */
   reserve (ticket: Ticket, bytes: number): void {
     ticket.reserved += bytes
-    add(this.#reserved, path.dirname(ticket.file), bytes)
+    this.#bytes.reserve(path.dirname(ticket.file), bytes)
   }
 
   stop (): void {
@@ -164,8 +132,7 @@ export class IdempotencyStore {
     this.#held.delete(ticket)
     try {
       const bytes = await writeAtomically(ticket.file, { ...ticket.record, state: 'done', answer })
-      add(this.#counted, path.dirname(ticket.file), bytes)
-      add(this.#written, path.dirname(ticket.file), bytes)
+      this.#bytes.stored(path.dirname(ticket.file), bytes)
     } finally {
       this.#unreserve(ticket)
     }
@@ -190,7 +157,7 @@ export class IdempotencyStore {
     const now = Date.now()
     for (const tenant of await readdir(this.dir).catch(() => [] as string[])) {
       const tenantDir = path.join(this.dir, tenant)
-      const writtenBefore = this.#written.get(tenantDir) ?? 0
+      const mark = this.#bytes.mark(tenantDir)
       let kept = 0
       for (const name of await readdir(tenantDir).catch(() => [] as string[])) {
         const file = path.join(tenantDir, name)
@@ -212,8 +179,7 @@ export class IdempotencyStore {
         }
         kept += info.size
       }
-      // What this instance stored while the walk went on may be missing from it: counted once more rather than lost.
-      this.#counted.set(tenantDir, kept + (this.#written.get(tenantDir) ?? 0) - writtenBefore)
+      this.#bytes.recount(tenantDir, kept, mark)
     }
   }
 
@@ -232,7 +198,7 @@ export class IdempotencyStore {
   }
 
   #unreserve (ticket: Ticket): void {
-    add(this.#reserved, path.dirname(ticket.file), -ticket.reserved)
+    this.#bytes.reserve(path.dirname(ticket.file), -ticket.reserved)
     ticket.reserved = 0
   }
 
@@ -280,55 +246,5 @@ export class IdempotencyStore {
         this.#log.warn({ err: error }, 'could not renew an idempotency record')
       })
     }
-  }
-}
-
-function add (counts: Map<string, number>, key: string, bytes: number): void {
-  counts.set(key, (counts.get(key) ?? 0) + bytes)
-}
-
-/** Writes `record` whole in place of `file`; answers its size. */
-async function writeAtomically (file: string, record: KeyRecord): Promise<number> {
-  const temp = `${file}.${randomUUID()}.tmp`
-  const text = JSON.stringify(record)
-  await writeFile(temp, text)
-  await rename(temp, file)
-  return Buffer.byteLength(text)
-}
-
-/** A record as read: `record` is null when the file holds no valid record (a claim half-written, or damaged). */
-interface FoundRecord {
-  record: KeyRecord | null
-  mtimeMs: number
-}
-
-/** The generation a replacement of `found` claims its marker for. */
-const generationOf = (found: FoundRecord): string => found.record?.generation ?? `unreadable-${found.mtimeMs}`
-
-async function readRecord (file: string): Promise<FoundRecord | 'absent'> {
-  let handle
-  try {
-    handle = await open(file, 'r')
-  } catch (error) {
-    if (errnoOf(error) === 'ENOENT') return 'absent'
-    throw error
-  }
-  try {
-    // One open file for both: the content and the mtime are of the same record even if a rename replaces it meanwhile.
-    const [text, { mtimeMs }] = await Promise.all([handle.readFile('utf8'), handle.stat()])
-    return { record: parseRecord(text), mtimeMs }
-  } finally {
-    await handle.close()
-  }
-}
-
-function parseRecord (text: string): KeyRecord | null {
-  try {
-    const record = JSON.parse(text) as KeyRecord
-    const valid = typeof record.fingerprint === 'string' && typeof record.generation === 'string' && Number.isFinite(record.expiresAt) &&
-      (record.state === 'running' || (record.state === 'done' && typeof record.answer?.body === 'string'))
-    return valid ? record : null
-  } catch {
-    return null
   }
 }

@@ -35,7 +35,8 @@ import type { Logger } from 'pino'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
 import { outOfScope } from '../../execution/execute.ts'
-import { IdempotencyStore, type StoredAnswer, type Ticket } from '../idempotency-store.ts'
+import type { StoredAnswer } from '../idempotency-records.ts'
+import { IdempotencyStore, type Ticket } from '../idempotency-store.ts'
 import { problems } from '../schemas.ts'
 
 declare module 'fastify' {
