@@ -15,6 +15,7 @@ import { lazySerializers } from './http/plugins/lazy-serializers.ts'
 import { lazyValidators } from './http/plugins/lazy-validators.ts'
 import { answerClientError } from './http/plugins/client-errors.ts'
 import { requestIdOf } from './execution/request-id.ts'
+import { errorWithinLimit } from './execution/truncate.ts'
 import { healthRoutes } from './http/routes/health.ts'
 import { installJsonBody } from './http/plugins/json-body.ts'
 import { mcpRoutes } from './http/routes/mcp.ts'
@@ -75,7 +76,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // A URL the router cannot decode (`/v1/workspaces/%FF`) is a problem like any other.
     frameworkErrors: (error, request, reply) => {
       reply.header('x-request-id', request.id)
-      return sendProblem(request, reply, new ToolError('BadRequest', `malformed URL: ${error.message}`))
+      return sendProblem(request, reply, errorWithinLimit(new ToolError('BadRequest', `malformed URL: ${error.message}`), config.limits.max_result_bytes))
     },
     // Workspace ids may be 256 bytes, percent-encoded up to three times that.
     routerOptions: { maxParamLength: 1024 },

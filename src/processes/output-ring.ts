@@ -36,6 +36,23 @@ const isContinuation = (byte: number): boolean => (byte & 0xc0) === 0x80
 /** A UTF-8 character is a lead byte and at most three continuation bytes. */
 const MAX_CONTINUATION_BYTES = 3
 
+/**
+ * The well-formed sequence a lead byte starts (Unicode's table 3-7): its
+ * length and the range of its second byte, which rules out overlong forms,
+ * surrogates and code points past U+10FFFF; undefined for a byte that
+ * starts none (it decodes alone, as U+FFFD).
+ */
+function sequenceOf (lead: number): { length: number, low: number, high: number } | undefined {
+  if (lead >= 0xc2 && lead <= 0xdf) return { length: 2, low: 0x80, high: 0xbf }
+  if (lead === 0xe0) return { length: 3, low: 0xa0, high: 0xbf }
+  if (lead === 0xed) return { length: 3, low: 0x80, high: 0x9f }
+  if (lead >= 0xe1 && lead <= 0xef) return { length: 3, low: 0x80, high: 0xbf }
+  if (lead === 0xf0) return { length: 4, low: 0x90, high: 0xbf }
+  if (lead >= 0xf1 && lead <= 0xf3) return { length: 4, low: 0x80, high: 0xbf }
+  if (lead === 0xf4) return { length: 4, low: 0x80, high: 0x8f }
+  return undefined
+}
+
 export class OutputRing {
   readonly #capacity: number
   #buffer: Buffer
@@ -131,12 +148,14 @@ export class OutputRing {
    * one byte (read as U+FFFD).
    */
   #characterLength (cursor: number): number {
-    const lead = this.#byteAt(cursor)
-    const length = lead < 0x80 ? 1 : lead >= 0xf0 && lead < 0xf8 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1
-    for (let i = 1; i < length; i++) {
-      if (cursor + i >= this.#end || !isContinuation(this.#byteAt(cursor + i))) return 1
+    const shape = sequenceOf(this.#byteAt(cursor))
+    if (shape === undefined || cursor + shape.length > this.#end) return 1
+    const second = this.#byteAt(cursor + 1)
+    if (second < shape.low || second > shape.high) return 1
+    for (let i = 2; i < shape.length; i++) {
+      if (!isContinuation(this.#byteAt(cursor + i))) return 1
     }
-    return length
+    return shape.length
   }
 
   /** The kept bytes between two cursors, one chunk per run of one stream. */

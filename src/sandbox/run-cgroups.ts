@@ -133,13 +133,24 @@ const MAX_FREE = 16
 /** Names are unique in the process, whichever runner makes them. */
 let counter = 0
 
-/** The processes the cgroup's pids.max counts now, zombies not yet reaped included. */
-function charged (dir: string): number {
+/** A count a cgroup file holds (0 when it cannot be read). */
+function countIn (dir: string, file: string): number {
   try {
-    return Number(readFileSync(path.join(dir, 'pids.current'), 'utf8'))
+    return Number(readFileSync(path.join(dir, file), 'utf8'))
   } catch {
     return 0
   }
+}
+
+/**
+ * Whether a run left anything counting against the bounds of its cgroups:
+ * processes not yet reaped (pids.max), or memory still charged (a file it
+ * left in a tmpfs such as the host's /dev/shm, without bubblewrap), which
+ * the next run in them could not use.
+ */
+function charged (dirs: RunDirs, memory: Base | undefined): boolean {
+  if (countIn(dirs.pids, 'pids.current') > 0) return true
+  return memory !== undefined && countIn(dirs.memory ?? dirs.pids, memory.v1 ? 'memory.usage_in_bytes' : 'memory.current') > 0
 }
 
 function removeDirs (dirs: RunDirs): void {
@@ -224,9 +235,10 @@ export class RunCgroups {
       // look again soon, then less often, for about a second in all.
       for (let attempt = 0; attempt < 60; attempt++) {
         if (killAll() === 0) {
-          // A killed process leaves cgroup.procs when it exits, but counts against pids.max until reaped: a cgroup
-          // that still counts one is not kept (the next run in it could not fork), and rmdir takes it all the same.
-          if (charged(dirs.pids) > 0 || !this.#keep(key, dirs)) removeDirs(dirs)
+          // A killed process leaves cgroup.procs when it exits, but counts against pids.max until reaped, and memory a
+          // run left charged stays so: cgroups still charged are not kept (the next run in them could not fork or
+          // allocate), and rmdir takes them all the same.
+          if (charged(dirs, this.#memory) || !this.#keep(key, dirs)) removeDirs(dirs)
           return
         }
         await sleep(Math.min(20, 2 ** attempt))

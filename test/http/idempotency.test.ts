@@ -80,6 +80,14 @@ describe('Idempotency-Key', () => {
     expect(await linesOf(app, 'log.txt')).toEqual(['ran'])
   })
 
+  it('sets aside room for each call of a batch, so that batches claiming together cannot pass the bound either', async () => {
+    const app = await buildTestApp({ workspaces: { tenant_quotas: { default: { max_workspace_bytes: 300_000 } } } })
+    const batch = { workspace: 'w', calls: Array.from({ length: 4 }, (_, i) => ({ id: `c${i}`, name: 'exec_shell', arguments: { command: 'echo ran >> log.txt' } })) }
+    const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => post(app, '/v1/tool-calls', batch, `batch-${i}`)))
+    expect(answers.filter((answer) => answer.status === 200)).toHaveLength(1)
+    expect(await linesOf(app, 'log.txt')).toEqual(['ran', 'ran', 'ran', 'ran'])
+  })
+
   it('takes the same body in another key order or spacing as the same request', async () => {
     const app = await buildTestApp()
     const first = await requestAs(app, null, 'POST', EXECUTE, JSON.stringify({ workspace: 'w', arguments: { command: 'echo ran >> log.txt' } }),

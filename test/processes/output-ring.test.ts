@@ -94,6 +94,11 @@ describe('OutputRing', () => {
     const mixed = new OutputRing(1024)
     mixed.append('stdout', Buffer.from([0xc3, 0x80, 0x80, 0x80, 0x80]))
     expect(text(mixed, 0, 2)).toMatchObject({ text: 'À', next: 2 })
+    // A sequence that is not well-formed (an encoded surrogate, a code point past U+10FFFF) is a U+FFFD per byte, read so.
+    const malformed = new OutputRing(1024)
+    malformed.append('stdout', Buffer.from([0xed, 0xa0, 0x80, 0xf4, 0x90, 0x80, 0x80, 0x58]))
+    expect(text(malformed, 0, 3)).toMatchObject({ text: '\uFFFD', next: 1 })
+    expect(text(malformed, 3, 8)).toMatchObject({ text: '\uFFFD\uFFFD', next: 5 })
   })
 
   it('starts after a character cut by letting older bytes go, also when one write is larger than the ring', () => {

@@ -6,7 +6,7 @@
  * fork bomb; where they cannot be made, detect() says so.)
  */
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { launcherArgv } from '../../src/sandbox/launcher.ts'
@@ -59,6 +59,20 @@ describe('run cgroups', () => {
     await run.release()
     expect(alive(pid)).toBe(false)
     expect(existsSync(limitFile) ? readFileSync(path.join(path.dirname(limitFile), 'cgroup.procs'), 'utf8').trim() : '').toBe('')
+  })
+
+  it('keep no cgroup whose run left memory charged to it (a file in a tmpfs): the next run gets a fresh one, with its whole bound', async () => {
+    if (!cgroups?.boundsMemory) return
+    const limits = { maxProcesses: 8, maxMemoryBytes: 64 * 2 ** 20 }
+    const file = `/dev/shm/toolport-charged-${process.pid}`
+    onCleanup(async () => { rmSync(file, { force: true }) })
+    const run = cgroups.create(limits)
+    const pid = await startIn(run, `head -c 8000000 /dev/zero > ${file}; echo $$; exec sleep 0.1`)
+    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((resolve) => setTimeout(resolve, 20))
+    await run.release()
+    const next = cgroups.create(limits)
+    expect(next.procsFile).not.toBe(run.procsFile)
+    await next.release()
   })
 
   it('hand an emptied cgroup to the next run with the same bound, and a fresh one for another bound', async () => {

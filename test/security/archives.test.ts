@@ -434,5 +434,9 @@ describe('what the review of the hardening found', () => {
     const answer = await requestAs(app, null, 'GET', `/v1/${'x'.repeat(8000)}`)
     expectProblem(answer, 404, 'NotFound')
     expect(Buffer.byteLength(JSON.stringify(answer.body))).toBeLessThan(256 + 200)
+    // A URL the router refuses (a parameter past its length) is quoted in the detail too.
+    const malformed = await requestAs(app, null, 'GET', `/v1/workspaces/${'z'.repeat(12_000)}`)
+    expectProblem(malformed, 400, 'BadRequest')
+    expect(Buffer.byteLength(JSON.stringify(malformed.body))).toBeLessThan(256 + 200)
   })
 })

@@ -111,8 +111,9 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
           await store.release(claimed.ticket)
           throw new ToolError('PayloadTooLarge', `the answers kept for this tenant's Idempotency-Keys hold ${maxBytes} bytes or more, as much as one workspace may; they go after server.idempotency_ttl_seconds: send this without a key, or later`)
         }
-        // Checked and set aside in one turn of the event loop: requests that claim together see each other's answers coming.
-        store.reserve(claimed.ticket, runtime.config.limits.max_result_bytes)
+        // Checked and set aside in one turn of the event loop: requests that claim together see each other's answers
+        // coming. An answer holds each call's result (a batch's also as its message): twice the result limit a call.
+        store.reserve(claimed.ticket, 2 * Math.max(1, toolsCalled(request).length) * runtime.config.limits.max_result_bytes)
         state.ticket = claimed.ticket
         return
       }

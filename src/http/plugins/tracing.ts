@@ -8,8 +8,8 @@ import { clipText } from '../../execution/truncate.ts'
 import { ATTR_MCP_METHOD_NAME, ATTR_MCP_SESSION_ID, type RequestSpan, type Tracing } from '../../telemetry/tracing.ts'
 
 const ATTR_REQUEST_ID = 'toolport.request_id'
-/** MCP's method names are a few dozen bytes; a longer one is a caller's, and cut. */
-const MAX_METHOD_BYTES = 256
+/** MCP's method names and session ids are a few dozen bytes; a longer one is a caller's, and cut. */
+const MAX_MCP_TEXT_BYTES = 256
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -48,9 +48,9 @@ export function installTracing (app: FastifyInstance, tracing: Tracing): void {
     if (isMcp(request)) {
       const method = mcpMethodOf(request.body)
       // The caller's text: cut, as a tool's name is (a span holds it until the exporter sends it).
-      if (method !== undefined) span.setAttribute(ATTR_MCP_METHOD_NAME, clipText(method, MAX_METHOD_BYTES))
+      if (method !== undefined) span.setAttribute(ATTR_MCP_METHOD_NAME, clipText(method, MAX_MCP_TEXT_BYTES))
       const session = request.headers['mcp-session-id']
-      if (typeof session === 'string') span.setAttribute(ATTR_MCP_SESSION_ID, session)
+      if (typeof session === 'string') span.setAttribute(ATTR_MCP_SESSION_ID, clipText(session, MAX_MCP_TEXT_BYTES))
     }
     tracing.within(span, done)
   })
