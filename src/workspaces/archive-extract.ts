@@ -41,6 +41,23 @@ const KEPT_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'S
  * service). A real tree is rarely a tenth as deep.
  */
 export const MAX_ENTRY_DEPTH = 64
+/**
+ * What node-tar holds for an archive grows with every entry's parent paths
+ * (it checks and reserves each of them, and keeps the entries queued):
+ * thousands of entries 64 levels deep with long names took gigabytes. The
+ * sum of those paths' lengths is bounded, at this much an entry the archive
+ * may hold (30 MiB for 10000); a real tree a dozen levels deep sums to under
+ * a KiB an entry.
+ */
+const PARENT_PATH_BYTES_PER_ENTRY = 3 * 1024
+
+/** The bytes of an entry's parent paths: `a/b/c` has `a` and `a/b`. */
+function parentPathBytesOf (name: string): number {
+  let total = 0
+  for (let at = name.indexOf('/'); at > 0; at = name.indexOf('/', at + 1)) total += at
+  return total
+}
+
 /** What a Linux filesystem takes: a longer name or path could not be made, and its error would quote it whole. */
 const MAX_NAME_BYTES = 255
 const MAX_PATH_BYTES = 4096
@@ -125,6 +142,8 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   let entries = 0
   let bytes = 0
   let limitError: ToolError | undefined
+  let parentPathBytes = 0
+  const maxParentPathBytes = limits.maxEntries * PARENT_PATH_BYTES_PER_ENTRY
   const refused = new WeakMap<ReadEntry, string>()
   // A name that is not UTF-8 arrives with U+FFFD in place of its bytes: two such names that differ
   // only there would become one file, the second taking the first's place unseen.
@@ -154,7 +173,9 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
       if (typeof entry.mode === 'number') entry.mode &= 0o777
       entries++
       bytes += Number(entry.size ?? 0)
+      parentPathBytes += parentPathBytesOf(entryPath)
       if (entries > limits.maxEntries) limitError ??= new ToolError('PayloadTooLarge', `the archive has more than ${limits.maxEntries} entries`)
+      if (parentPathBytes > maxParentPathBytes) limitError ??= new ToolError('PayloadTooLarge', `the archive's entries lie too deep for how many they are (their parent directories' paths add up to more than ${maxParentPathBytes} bytes)`)
       // The size a header announces counts before its bytes arrive: a bomb's file is refused at its header.
       if (bytes > limits.maxBytes) limitError ??= unpacksTooLarge(limits.maxBytes)
       if (limitError) extractor.abort(limitError)

@@ -429,6 +429,16 @@ describe('what the review of the hardening found', () => {
     })
   })
 
+  it('refuses with 413 an archive whose entries lie too deep for how many they are (each within 64 levels), leaving nothing behind', async () => {
+    // Their paths may add up to 3 KiB an entry the archive may hold: 150 KiB for 50, which two of these pass.
+    const app = await buildTestApp({ workspaces: { max_archive_entries: 50 } })
+    const level = 'b'.repeat(60)
+    const deepFiles = Array.from({ length: 20 }, (_, i) => ({ name: [`d${i}`, ...Array.from({ length: 62 }, () => level), 'f'].join('/'), content: '' }))
+    const answer = await requestAs(app, null, 'PUT', '/v1/workspaces/wide-deep/archive', tarOf(deepFiles), { 'content-type': 'application/gzip' })
+    expect(String(expectProblem(answer, 413, 'PayloadTooLarge')['detail'])).toContain('too deep for how many they are')
+    expectProblem(await requestAs(app, null, 'GET', '/v1/workspaces/wide-deep'), 404, 'NotFound')
+  })
+
   it('keeps every error body within limits.max_result_bytes, also one that quotes what a caller sent', async () => {
     const app = await buildTestApp({ limits: { max_result_bytes: 256 } })
     const answer = await requestAs(app, null, 'GET', `/v1/${'x'.repeat(8000)}`)
