@@ -160,7 +160,8 @@ async function rawArgv (sandbox: 'none' | 'bwrap', cwd: string, hidePaths: strin
   const s = defaultConfig().sandbox
   const limits = { cpuSeconds: s.cpu_seconds, maxFileBytes: s.max_file_bytes, maxProcesses: s.max_processes, maxMemoryBytes: s.max_memory_bytes }
   if (sandbox === 'none') return [...(limited ? limitPrefix(findPrlimit(), limits) : []), 'sh', '-c', 'true']
-  const { BwrapRunner, BWRAP } = await import(path.join(ROOT, 'dist', 'src', 'sandbox', 'bwrap-runner.js'))
+  const { BwrapRunner } = await import(path.join(ROOT, 'dist', 'src', 'sandbox', 'bwrap-runner.js'))
+  const { BWRAP } = await import(path.join(ROOT, 'dist', 'src', 'sandbox', 'programs.js'))
   const runner = new BwrapRunner({ network: false, limits, prlimit: findPrlimit(), hidePaths })
   return [BWRAP, ...runner.argv({ command: 'sh', args: ['-c', 'true'], cwd, timeoutMs: 30_000, signal: new AbortController().signal, maxOutputBytes: 65_536 }, limited)]
 }
