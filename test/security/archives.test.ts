@@ -439,6 +439,29 @@ describe('what the review of the hardening found', () => {
     expectProblem(await requestAs(app, null, 'GET', '/v1/workspaces/wide-deep'), 404, 'NotFound')
   })
 
+  it('gives the download slot back when the client leaves before its turn comes (while its workspace is looked up)', async () => {
+    const app = await buildTestApp({ limits: { max_concurrent: 1, max_queue: 0 } })
+    const base = await listening(app)
+    expect((await requestAs(app, null, 'POST', '/v1/workspaces', { id: 'small' })).status).toBe(201)
+    const store = app.runtime.workspaces
+    const find = store.find.bind(store)
+    let entered!: () => void
+    const arrived = new Promise<void>((resolve) => { entered = resolve })
+    let open!: () => void
+    const gate = new Promise<void>((resolve) => { open = resolve })
+    store.find = async (...args: Parameters<typeof store.find>) => { entered(); await gate; return find(...args) }
+    const { port } = new URL(base)
+    const leaving = net.connect(Number(port), '127.0.0.1', () => { leaving.write('GET /v1/workspaces/small/archive HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n') })
+    await arrived
+    leaving.destroy()
+    await sleep(100)
+    store.find = find
+    open()
+    await sleep(100)
+    const next = await requestAs(app, null, 'GET', '/v1/workspaces/small/archive')
+    expect(next.status).toBe(200)
+  })
+
   it('keeps every error body within limits.max_result_bytes, also one that quotes what a caller sent', async () => {
     const app = await buildTestApp({ limits: { max_result_bytes: 256 } })
     const answer = await requestAs(app, null, 'GET', `/v1/${'x'.repeat(8000)}`)

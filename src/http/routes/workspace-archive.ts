@@ -101,6 +101,11 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     const record = await store.find(request.principal.tenant, request.params.id)
     const { signal } = callerOf(request, reply)
     const release = await acquireAll([downloads], signal, runtime.metrics)
+    // A client gone just as its turn came would never close the answer that gives the slot back.
+    if (request.raw.socket.destroyed) {
+      release()
+      return reply
+    }
     const archive = packWorkspace(record.dir, request.log as Logger)
     // A token revoked meanwhile ends the download, as it ends calls and streams (the client sees it cut short);
     // so does a client that takes nothing for request_timeout_ms, which would hold its slot for good.
