@@ -30,6 +30,8 @@ export interface CallTracing {
   annotateRequest: (key: string, value: string) => void
   /** The W3C `traceparent` (and `tracestate`) of the span active here, for a request this instance sends on (to another instance). */
   outgoingHeaders: () => Record<string, string>
+  /** Runs `work` (and what it awaits) with the call's span active: what the tool sends on (to another instance) is its child. */
+  during: <T>(span: CallSpan, work: () => Promise<T>) => Promise<T>
 }
 
 /** What the execution path needs of the running service. */
@@ -152,6 +154,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   // Unknown names stay out of metric labels: a caller must not be able to mint label values.
   let toolName = clipText(call.name, MAX_UNKNOWN_NAME_BYTES)
   const span = services.tracing?.startCall(toolName, call.id)
+  const traced = <T>(work: () => Promise<T>): Promise<T> => span && services.tracing ? services.tracing.during(span, work) : work()
   let metricName = '(unknown)'
   // Named from the start, so that a call refused before its workspace is leased is reported with it too.
   let workspaceId: string | null = workspace.named
@@ -178,14 +181,14 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
         // In a workspace whose processes run on another instance, commands run there too: that is where its network is.
-        const atHome = lease.id !== null && runsCommands(tool) ? await services.runAtProcessHome?.({ tool: tool.name, args, maxResultBytes }, caller, lease.id) : undefined
+        const atHome = lease.id !== null && runsCommands(tool) ? await traced(async () => await services.runAtProcessHome?.({ tool: tool.name, args, maxResultBytes }, caller, lease.id as string)) : undefined
         if (atHome) {
           outcome = { ok: true, tool: toolName, result: atHome.result, truncated: atHome.truncated, durationMs: 0, workspace: workspaceId }
         } else {
           let cutByTool = false
           // The workspace's usage cannot follow what a process does: it is stale from now until a scan after the call.
           const endChange = changesTreeFreely(tool) ? usageOf(lease.dir).beginChange() : undefined
-          const raw = await tool.execute(args, {
+          const raw = await traced(() => tool.execute(args, {
             workspaceDir: lease.dir,
             workspaceId: lease.id,
             keepsProcesses: lease.id !== null || lease.keepsProcesses === true,
@@ -198,7 +201,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
             forwarded: caller.forwarded === true,
             quota: workspaceQuota(lease.dir, services.quotaOf(caller.tenant).maxWorkspaceBytes),
             markTruncated: () => { cutByTool = true },
-          }).finally(() => {
+          })).finally(() => {
             // An ephemeral workspace goes with its scope: a scan would count what is about to be removed.
             endChange?.({ rescan: lease.id !== null })
           })

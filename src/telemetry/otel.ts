@@ -61,16 +61,16 @@ class HttpSpan implements RequestSpan {
 }
 
 class ToolSpan implements CallSpan {
-  readonly #span: Span
+  readonly span: Span
   readonly #name: string
 
   constructor (span: Span, name: string) {
-    this.#span = span
+    this.span = span
     this.#name = name
   }
 
   end (outcome: Outcome): void {
-    const span = this.#span
+    const span = this.span
     // The registered name, which a lookup may have corrected (`READ_FILE` → read_file).
     if (outcome.tool !== this.#name) {
       span.updateName(`${EXECUTE_TOOL} ${outcome.tool}`)
@@ -142,6 +142,9 @@ export function startTracing (options: TracingOptions, log: Logger): Tracing {
       const attributes: Record<string, string> = { [ATTR_GEN_AI_OPERATION_NAME]: EXECUTE_TOOL, [ATTR_GEN_AI_TOOL_NAME]: tool }
       if (callId !== undefined) attributes[ATTR_GEN_AI_TOOL_CALL_ID] = callId
       return new ToolSpan(tracer.startSpan(`${EXECUTE_TOOL} ${tool}`, { kind: SpanKind.INTERNAL, attributes }), tool)
+    },
+    during <T>(span: CallSpan, work: () => Promise<T>): Promise<T> {
+      return context.with(trace.setSpan(context.active(), (span as ToolSpan).span), work)
     },
     annotateRequest (key: string, value: string): void {
       trace.getActiveSpan()?.setAttribute(key, value)
