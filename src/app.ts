@@ -15,13 +15,12 @@ import { lazySerializers } from './http/plugins/lazy-serializers.ts'
 import { lazyValidators } from './http/plugins/lazy-validators.ts'
 import { answerClientError } from './http/plugins/client-errors.ts'
 import { requestIdOf } from './execution/request-id.ts'
-import { errorWithinLimit } from './execution/truncate.ts'
 import { healthRoutes } from './http/routes/health.ts'
 import { installJsonBody } from './http/plugins/json-body.ts'
 import { mcpRoutes } from './http/routes/mcp.ts'
 import { openApiToolRoutes } from './http/routes/openapi-tools.ts'
 import { processRoutes } from './http/routes/processes.ts'
-import { installProblemHandlers, sendProblem } from './http/plugins/problem.ts'
+import { installProblemHandlers, malformedUrlHandler } from './http/plugins/problem.ts'
 import { installTracing } from './http/plugins/tracing.ts'
 import type { Tracing } from './telemetry/tracing.ts'
 import { ToolError } from './errors.ts'
@@ -73,11 +72,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       requireHostHeader: false,
     },
     clientErrorHandler: answerClientError,
-    // A URL the router cannot decode (`/v1/workspaces/%FF`) is a problem like any other.
-    frameworkErrors: (error, request, reply) => {
-      reply.header('x-request-id', request.id)
-      return sendProblem(request, reply, errorWithinLimit(new ToolError('BadRequest', `malformed URL: ${error.message}`), config.limits.max_result_bytes))
-    },
+    frameworkErrors: malformedUrlHandler(config.limits.max_result_bytes),
     // Workspace ids may be 256 bytes, percent-encoded up to three times that.
     routerOptions: { maxParamLength: 1024 },
     genReqId: (request) => requestIdOf(request.headers['x-request-id']),

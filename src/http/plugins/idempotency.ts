@@ -14,8 +14,9 @@
  * Stored: every answer a handler gave, errors included, except one that
  * invites a retry: a 503 Overloaded (the limiter refused the call, or a
  * shutdown stopped it), a 401 (its token's revocation cut it short), or a
- * batch each of whose calls was so answered (`inviteRetry`). Its key is released, and the retry runs. The layer's
- * own 400, 409 and 422 never touch the record. A request with a key runs to
+ * batch each of whose calls was so answered (`inviteRetry`). Its key is
+ * released, and the retry runs. The layer's own 400, 409 and 422 never
+ * touch the record. A request with a key runs to
  * its end even when its client goes away (caller.ts), so the client's retry
  * finds the answer and the call never runs twice.
  *

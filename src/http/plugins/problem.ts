@@ -4,7 +4,7 @@
  * mapped to the contract's codes; anything else is a 500 whose details go to
  * the log only.
  */
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import { isFailure, PROBLEM_CONTENT_TYPE, toProblem, ToolError } from '../../errors.ts'
 import { errorWithinLimit } from '../../execution/truncate.ts'
 
@@ -82,6 +82,18 @@ function logFailure (request: FastifyRequest, error: FastifyError, problem: Tool
     return
   }
   request.log.error({ err: error }, 'request failed')
+}
+
+/**
+ * Fastify's `frameworkErrors`: a URL the router cannot decode
+ * (`/v1/workspaces/%FF`, a parameter past its length) is a problem like any
+ * other, cut to the result limit as every problem is.
+ */
+export function malformedUrlHandler (maxResultBytes: number): NonNullable<FastifyServerOptions['frameworkErrors']> {
+  return (error, request, reply) => {
+    reply.header('x-request-id', request.id)
+    return sendProblem(request, reply, errorWithinLimit(new ToolError('BadRequest', `malformed URL: ${error.message}`), maxResultBytes))
+  }
 }
 
 /**

@@ -7,7 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { ToolError } from '../../errors.ts'
+import { abortReason, ToolError } from '../../errors.ts'
 import { KILL_GRACE_MS, KILL_SIGNALS, type ManagedProcess, type ProcessInfo } from '../../processes/managed-process.ts'
 import { type Asker, lostInfo } from '../../processes/process-locator.ts'
 import type { Runtime } from '../../runtime.ts'
@@ -155,7 +155,8 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       if (after >= found.output.end) {
         // Until the client leaves, or its token is revoked (then 401).
         await found.waitForChange(waitMs, callerOf(request, reply).signal)
-        if (request.principal.revoked?.aborted === true) throw new ToolError('Unauthorized', 'the token was revoked while the request waited')
+        const revoked = abortReason(request.principal.revoked)
+        if (revoked) throw revoked
       }
       const read = found.output.read(after, maxBytes)
       return { process: found.info(), chunks: read.chunks, next: read.next, dropped_bytes: read.dropped }
