@@ -38,6 +38,9 @@ const REST_MS = 2000
 /** The budgets of issue 13: start-up and memory at rest against the bare server. */
 const START_BUDGET = 1.5
 const REST_RSS_BUDGET = 1.3
+/** How many workspaces the root of the start-up with workspaces on disk holds, and how much longer than an empty root's that start may take. */
+const MANY_WORKSPACES = 5000
+const MANY_WORKSPACES_START_BUDGET = 1.1
 /** exec_shell against a raw spawn with the same limits. */
 const SPAWN_BUDGET = 1.3
 
@@ -66,11 +69,15 @@ async function serviceNodeFlags (): Promise<string[]> {
 
 type SandboxSetting = 'auto' | 'none' | 'bwrap'
 
-/** Toolport as `npm start` runs it, with a config naming only its workspaces root and sandbox mode; waits for /readyz. */
-async function startToolport (dir: string, name: string, sandbox: SandboxSetting): Promise<{ server: Child, configFile: string, root: string }> {
-  const root = path.join(dir, `${name}-workspaces`)
+/**
+ * Toolport as `npm start` runs it, with a config naming only its sandbox
+ * mode and `workspaces` (a root of its own unless it names one); waits for
+ * /readyz.
+ */
+async function startToolport (dir: string, name: string, sandbox: SandboxSetting, workspaces: { root?: string, max_per_tenant?: number } = {}): Promise<{ server: Child, configFile: string, root: string }> {
+  const root = workspaces.root ?? path.join(dir, `${name}-workspaces`)
   const configFile = path.join(dir, `${name}.json`)
-  await writeFile(configFile, JSON.stringify({ workspaces: { root }, sandbox: { mode: sandbox } }))
+  await writeFile(configFile, JSON.stringify({ workspaces: { ...workspaces, root }, sandbox: { mode: sandbox } }))
   const server = await startNode([...await serviceNodeFlags(), SERVER], { TOOLPORT_CONFIG: configFile }, path.join(dir, `${name}.log`), ['/healthz', '/readyz'])
   return { server, configFile, root }
 }
@@ -99,14 +106,35 @@ interface StartSample {
   restAnon: number
 }
 
+/** Makes MANY_WORKSPACES persistent workspaces under `root`, through the service's API, as its users would have. */
+async function makeManyWorkspaces (dir: string, root: string): Promise<void> {
+  const { server } = await startToolport(dir, 'many-workspaces-maker', 'none', { root, max_per_tenant: MANY_WORKSPACES })
+  try {
+    let next = 0
+    await Promise.all(Array.from({ length: 16 }, async () => {
+      while (next < MANY_WORKSPACES) {
+        const id = `w${next++}`
+        const response = await fetch(`${server.base}/v1/workspaces`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ id }) })
+        if (response.status !== 201) throw new Error(`creating workspace ${id}: ${response.status} ${await response.text()}`)
+      }
+    }))
+  } finally {
+    await server.stop()
+  }
+}
+
 /**
  * Start-up and memory at rest: the bare server and Toolport (default
  * config, sandbox `auto` as a first `npm start` has it) started in turn,
  * START_ROUNDS times each. Ratios are taken round by round and their
- * median is held against the budgets.
+ * median is held against the budgets. Toolport also starts on a root
+ * holding MANY_WORKSPACES workspaces: what is on disk must not lengthen
+ * the start.
  */
 async function benchStart (dir: string): Promise<void> {
   console.log(`\nstart-up and memory at rest against a bare Fastify server (${START_ROUNDS} start-ups of each, in turn)`)
+  const manyRoot = path.join(dir, 'many-workspaces')
+  await makeManyWorkspaces(dir, manyRoot)
   let count = 0
   const sample = async (start: () => Promise<Child>): Promise<StartSample> => {
     const server = await start()
@@ -124,12 +152,14 @@ async function benchStart (dir: string): Promise<void> {
     toolport: async () => sample(async () => (await startToolport(dir, `start-${++count}`, 'auto')).server),
     bare: async () => sample(() => startBare(dir, `bare-start-${++count}`)),
     bareUncached: async () => sample(() => startBare(dir, `bare-uncached-start-${++count}`, {}, false)),
+    toolportManyWorkspaces: async () => sample(async () => (await startToolport(dir, `start-${++count}`, 'auto', { root: manyRoot })).server),
   }
-  const runs: Record<keyof typeof sides, StartSample[]> = { toolport: [], bare: [], bareUncached: [] }
+  const runs: Record<keyof typeof sides, StartSample[]> = { toolport: [], bare: [], bareUncached: [], toolportManyWorkspaces: [] }
   const order = Object.keys(sides) as (keyof typeof sides)[]
   for (let round = 0; round < START_ROUNDS; round++) {
-    // Each side goes first, second and third equally often: a drift of the machine falls on all of them.
-    for (const side of [...order.slice(round % 3), ...order.slice(0, round % 3)]) runs[side].push(await sides[side]())
+    // Each side goes first, second, and so on equally often: a drift of the machine falls on all of them.
+    const first = round % order.length
+    for (const side of [...order.slice(first), ...order.slice(0, first)]) runs[side].push(await sides[side]())
   }
   const paired = (of: (s: StartSample) => number, baseline = runs.bare) => median(runs.toolport.map((t, i) => of(t) / of(baseline[i] as StartSample)))
   const ms = (values: number[]) => `${Math.round(median(values))} ms`
@@ -141,6 +171,9 @@ async function benchStart (dir: string): Promise<void> {
   report('start-up ratio (first /healthz answer)', `${round2(startRatio)}×`, `≤ ${START_BUDGET}×`, startRatio <= START_BUDGET)
   report('start-up ratio against the bare server without a compile cache', `${round2(paired((s) => s.answering, runs.bareUncached))}×`)
   report('start-up ratio to /readyz 200', `${round2(paired((s) => s.ready))}×`)
+  report(`Toolport on a root of ${MANY_WORKSPACES.toLocaleString('en')} workspaces: start to first /healthz answer`, ms(runs.toolportManyWorkspaces.map((s) => s.answering)))
+  const manyRatio = median(runs.toolportManyWorkspaces.map((t, i) => t.answering / (runs.toolport[i] as StartSample).answering))
+  report(`start-up on ${MANY_WORKSPACES.toLocaleString('en')} workspaces against an empty root`, `${round2(manyRatio)}×`, `≤ ${MANY_WORKSPACES_START_BUDGET}×`, manyRatio <= MANY_WORKSPACES_START_BUDGET)
   report('bare server: RSS at rest', `${Math.round(median(runs.bare.map((s) => s.restRss)))} MiB`)
   report('Toolport: RSS at rest', `${Math.round(median(runs.toolport.map((s) => s.restRss)))} MiB`)
   const rssRatio = paired((s) => s.restRss)

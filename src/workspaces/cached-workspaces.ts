@@ -70,9 +70,11 @@ export class CachedWorkspaces {
     return entry
   }
 
-  /** Caches every workspace on disk that is not cached yet. */
+  /** Caches every workspace on disk that is not cached yet (reading only their metadata). */
   async adoptAll (layout: WorkspaceLayout): Promise<void> {
-    for (const meta of await layout.all()) {
+    const known = new Set<string>()
+    for (const entry of this.#entries.values()) known.add(entry.dir)
+    for (const meta of await layout.all((dir) => known.has(dir))) {
       if (!this.has(meta.tenant, meta.id)) this.adopt(meta, layout)
     }
   }

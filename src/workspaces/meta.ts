@@ -127,14 +127,19 @@ export class WorkspaceLayout {
     return files.filter((file) => file.endsWith('.json')).length
   }
 
-  /** Every readable metadata record under the root. */
-  async all (): Promise<WorkspaceMeta[]> {
+  /**
+   * Every readable metadata record under the root but those of the
+   * workspaces `known` names by their directory: a sweep reads only the
+   * records of workspaces it has not seen, not one file per workspace.
+   */
+  async all (known: (workspaceDir: string) => boolean = () => false): Promise<WorkspaceMeta[]> {
     const tenantsDir = this.tenantsDir
     const out: WorkspaceMeta[] = []
     for (const tenantName of await readdir(tenantsDir).catch(() => [] as string[])) {
       const metaDir = path.join(tenantsDir, tenantName, 'meta')
       for (const file of await readdir(metaDir).catch(() => [] as string[])) {
         if (!file.endsWith('.json')) continue
+        if (known(path.join(tenantsDir, tenantName, 'ws', file.slice(0, -'.json'.length)))) continue
         const meta = parseMeta(await readFile(path.join(metaDir, file), 'utf8').catch(() => null))
         if (meta) out.push(meta)
       }

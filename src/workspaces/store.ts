@@ -124,7 +124,7 @@ export class WorkspaceStore {
     return this.#ephemeral.root
   }
 
-  /** Creates the roots, forgets stale ephemeral dirs, loads persistent workspaces, empties the trash, starts the sweeper. */
+  /** Creates the roots, forgets stale ephemeral dirs, empties the trash, starts the sweeper. */
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
     this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
@@ -132,7 +132,8 @@ export class WorkspaceStore {
     if (notPrivate) this.#options.log.warn({ err: notPrivate, dir: this.#layout.tenantsDir }, 'could not make the tenants directory private (0700): other users of the host may reach into workspaces')
     this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
     await this.#ephemeral.init(this.#options.ephemeralRoot ?? path.join(this.#layout.root, 'ephemeral'))
-    await this.#cache.adoptAll(this.#layout)
+    // The workspaces already on disk are not read now (a start would take longer with each): a lookup
+    // finds one from its metadata, and the sweeps adopt the rest, expired ones included.
     // Deletions a crash or restart interrupted; may take long, so not before the service answers.
     void this.#trash.empty()
     // One sweep at a time: a sweep may wait for process starts' turns, and the next must not queue behind it.

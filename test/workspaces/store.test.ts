@@ -1,4 +1,5 @@
-import { existsSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import { closeSync, constants, existsSync, openSync } from 'node:fs'
 import { chmod, mkdir, readdir, readFile, realpath, rename, stat, symlink, unlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
@@ -162,8 +163,47 @@ describe('WorkspaceStore', () => {
     first.close()
     const second = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log })
     await second.init()
-    expect(second.get('t', 'kept').id).toBe('kept')
+    expect((await second.find('t', 'kept')).id).toBe('kept')
+    // The first sweep after the restart adopts what it has not seen, and removes it once expired.
+    expect(await second.sweep(Date.now() + 2 * 3600_000)).toBe(1)
+    expect(existsSync(path.join(second.root, 'tenants', 't', 'ws', directoryNameOf('kept')))).toBe(false)
     second.close()
+  })
+
+  it('starts without reading the metadata of the workspaces on disk, and a sweep reads only those it has not seen', async () => {
+    const root = await tempDir()
+    const log = pino({ level: 'silent' })
+    const first = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log })
+    await first.init()
+    for (const id of ['a', 'b']) await first.create('t', { id })
+    first.close()
+    // A record whose read would never end (a FIFO nobody writes): reading it would hang the start, or the sweep.
+    const metaOf = (id: string) => path.join(first.root, 'tenants', 't', 'meta', `${directoryNameOf(id)}.json`)
+    await rename(metaOf('b'), `${metaOf('b')}.saved`)
+    execFileSync('mkfifo', [metaOf('b')])
+    const hung = (task: Promise<unknown>) => Promise.race([task.then(() => 'done'), new Promise((resolve) => setTimeout(resolve, 2000, 'hung'))])
+    const second = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log })
+    try {
+      expect(await hung(second.init())).toBe('done')
+      expect((await second.find('t', 'a')).id).toBe('a')
+      // b's record restored, found (so known), then made a FIFO again: the sweep does not read it.
+      await unlink(metaOf('b'))
+      await rename(`${metaOf('b')}.saved`, metaOf('b'))
+      expect((await second.find('t', 'b')).id).toBe('b')
+      await rename(metaOf('b'), `${metaOf('b')}.saved`)
+      execFileSync('mkfifo', [metaOf('b')])
+      // Made by another instance meanwhile: the sweep adopts it.
+      const third = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log })
+      await third.init()
+      await third.create('t', { id: 'c' })
+      third.close()
+      expect(await hung(second.sweep())).toBe('done')
+      expect(second.get('t', 'c').id).toBe('c')
+    } finally {
+      // Opened for reading and writing, a FIFO lets a read blocked in it go on.
+      if (existsSync(metaOf('b'))) closeSync(openSync(metaOf('b'), constants.O_RDWR))
+      second.close()
+    }
   })
 
   it('removes an ephemeral workspace on release', async () => {
