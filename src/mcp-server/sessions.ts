@@ -78,7 +78,7 @@ export class McpSessions {
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
     const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant, undefined, { keepsProcesses: true })
     const calls = { running: 0 }
-    const closed = new AbortController()
+    let endOnRevocation: (() => void) | undefined
     const server = this.#server(principal, workspace, allowed, calls, (requestId) => { transport.closeSSEStream(requestId) })
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
@@ -88,11 +88,14 @@ export class McpSessions {
         const session = { id, principal, transport, lastActive: Date.now(), calls }
         this.#admit(session)
         // A session of a token revoked meanwhile ends, its processes with it.
-        principal.revoked?.addEventListener('abort', () => { this.#end(session, 'its token was revoked') }, { once: true, signal: closed.signal })
+        endOnRevocation = () => { this.#end(session, 'its token was revoked') }
+        principal.revoked?.addEventListener('abort', endOnRevocation, { once: true })
       },
     })
     transport.onclose = () => {
-      closed.abort()
+      // Removed by hand: with addEventListener's `signal` option, Node holds the removal of all but a
+      // target's latest listener weakly, so that the token's signal would keep ended sessions for good.
+      if (endOnRevocation) principal.revoked?.removeEventListener('abort', endOnRevocation)
       if (transport.sessionId) this.#forget(principal.tenant, transport.sessionId)
       void workspace.close()
       void server.close().catch(() => {})
