@@ -235,10 +235,14 @@ export async function loadConfigFile (file: string): Promise<Config> {
  * was started from; without a file, to the working directory.
  */
 function resolvePaths (config: Config, base: string): Config {
-  const resolve = (p: string) => path.resolve(base, p)
-  config.tools.dirs = config.tools.dirs.map(resolve)
-  config.workspaces.root = resolve(config.workspaces.root)
-  if (config.workspaces.ephemeral_root !== undefined) config.workspaces.ephemeral_root = resolve(config.workspaces.ephemeral_root)
-  if (config.auth.tokens_file !== undefined) config.auth.tokens_file = resolve(config.auth.tokens_file)
+  // No filesystem takes a NUL byte in a path: Node would refuse it at first use, deep in the start.
+  const resolve = (key: string, p: string) => {
+    if (p.includes('\0')) throw new ConfigError(`config: ${key}: a path cannot hold a NUL byte`)
+    return path.resolve(base, p)
+  }
+  config.tools.dirs = config.tools.dirs.map((dir, i) => resolve(`tools.dirs.${i}`, dir))
+  config.workspaces.root = resolve('workspaces.root', config.workspaces.root)
+  if (config.workspaces.ephemeral_root !== undefined) config.workspaces.ephemeral_root = resolve('workspaces.ephemeral_root', config.workspaces.ephemeral_root)
+  if (config.auth.tokens_file !== undefined) config.auth.tokens_file = resolve('auth.tokens_file', config.auth.tokens_file)
   return config
 }

@@ -127,9 +127,10 @@ async function main (): Promise<void> {
     })
     log.info('stopped')
   })
-  // An address that cannot be listened on (in use, not this machine's, a privileged port) is the config's to fix: one line.
+  // An address that cannot be listened on (in use, not this machine's, a privileged port, a name
+  // that does not resolve) is the config's to fix: one line.
   await app.listen({ host: config.server.host, port: config.server.port }).catch((error: NodeJS.ErrnoException) => {
-    if (error.code === undefined || !['EADDRINUSE', 'EADDRNOTAVAIL', 'EACCES'].includes(error.code)) throw error
+    if (error.code === undefined || (error.syscall !== 'listen' && error.syscall !== 'getaddrinfo')) throw error
     fail(`cannot listen on ${config.server.host} port ${config.server.port}: ${error.code}`)
   })
   // The start-up lines go out now, not with the first periodic flush.

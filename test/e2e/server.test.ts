@@ -119,6 +119,11 @@ describe('the built server', () => {
     expect((await second.exited).code).toBe(1)
     expect(second.output().split('\n').filter((line) => line.startsWith('toolport:'))).toEqual([`toolport: cannot listen on 127.0.0.1 port ${port}: EADDRINUSE`])
     expect(second.output()).not.toMatch(/\n\s+at /)
+    // A name that does not resolve (a label over 63 bytes: refused before any DNS query is sent).
+    const unresolved = `${'a'.repeat(64)}.invalid`
+    const nowhere = await startServer({ sandbox: { mode: 'none' }, auth: { disabled: true } }, { HOST: unresolved })
+    expect((await nowhere.exited).code).toBe(1)
+    expect(nowhere.output().split('\n').filter((line) => line !== '' && !line.startsWith('{'))).toEqual([`toolport: cannot listen on ${unresolved} port ${new URL(nowhere.base).port}: ENOTFOUND`])
     for (const spelled of ['0x50', '1e3', '80.0']) {
       const odd = await startServer({ sandbox: { mode: 'none' } }, { PORT: spelled })
       expect((await odd.exited).code).toBe(1)
