@@ -84,3 +84,9 @@ export function parseGlobList (value: string): string[] {
   if (value.length > MAX_GLOB_LIST_CHARS) throw new ToolError('BadRequest', `allowed is longer than ${MAX_GLOB_LIST_CHARS} characters`)
   return value.split(',').map((s) => s.trim()).filter(Boolean)
 }
+
+/** The catalog filter of an `allowed` parameter (REST's and /mcp's); none when it is absent or names no glob (`allowed=`). */
+export function allowedFilter (value: string | undefined): NameMatcher | undefined {
+  const globs = value === undefined ? [] : parseGlobList(value)
+  return globs.length === 0 ? undefined : globMatcher(globs)
+}

@@ -62,7 +62,7 @@ export function truncateResult (value: unknown, maxBytes: number): Truncated {
 }
 
 /** Cuts a string before `length` code units without splitting a surrogate pair. */
-function safePrefix (text: string, length: number): string {
+export function safePrefix (text: string, length: number): string {
   let end = Math.max(0, Math.min(length, text.length))
   const last = text.charCodeAt(end - 1)
   if (end > 0 && last >= 0xd800 && last <= 0xdbff) end--

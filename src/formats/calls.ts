@@ -6,6 +6,7 @@
  * call's id) and Anthropic `{type: "tool_use", id, name, input}`.
  */
 import { ToolError } from '../errors.ts'
+import { safePrefix } from '../execution/truncate.ts'
 
 export interface ParsedCall {
   id: string
@@ -23,7 +24,7 @@ export const MAX_CALL_ID_CHARS = 256
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value)
 
-const cut = (text: string): string => text.length <= MAX_CALL_ID_CHARS ? text : `${text.slice(0, MAX_CALL_ID_CHARS)}…`
+const cut = (text: string): string => text.length <= MAX_CALL_ID_CHARS ? text : `${safePrefix(text, MAX_CALL_ID_CHARS)}…`
 
 function rawId (item: unknown): string | undefined {
   if (!isObject(item)) return undefined

@@ -57,6 +57,19 @@ describe('POST /v1/tool-calls', () => {
     expect(body.results[0].error).toMatchObject({ type: expect.any(String), title: expect.any(String), detail: expect.any(String), status: 400, tool: 'read_file' })
   })
 
+  it('cuts an over-long id or name in its error result without splitting a character', async () => {
+    const app = await buildTestApp()
+    const long = `a${'😀'.repeat(200)}`
+    const { body } = await batch(app, { calls: [{ id: long, name: 'list_directory', arguments: { path: '.' } }, { id: 'n', name: long, arguments: {} }] })
+    const [byId, byName] = body.results
+    expect(byId).toMatchObject({ ok: false, status: 400 })
+    expect(byId.id).toBe(`a${'😀'.repeat(127)}…`)
+    expect(byName).toMatchObject({ ok: false })
+    expect(byName.name).toBe(`a${'😀'.repeat(127)}…`)
+    // Strict JSON readers (and the model APIs the messages go to) refuse a lone surrogate.
+    expect(JSON.stringify(body)).not.toMatch(/\\ud83d"|\\ud83d…/i)
+  })
+
   it('shares one ephemeral workspace within a batch, gone afterwards', async () => {
     const app = await buildTestApp()
     const { body } = await batch(app, {

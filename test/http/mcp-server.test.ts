@@ -44,6 +44,12 @@ describe('/mcp as an MCP server', () => {
     const selected = (await selective.listTools()).tools
     expect(selected).toEqual(await rest('&allowed=fx__*,greet'))
     expect(selected.map((t) => t.name)).toEqual(['fx__add', 'fx__crash', 'fx__echo', 'fx__env', 'fx__fail', 'fx__grow', 'fx__slow', 'fx__stats', 'greet'])
+    // An empty `allowed=` (a URL template left blank) filters nothing, on /mcp as on REST.
+    for (const query of ['?allowed=', '?allowed=%20,%20']) {
+      const unfiltered = (await (await connect(base, { query })).listTools()).tools
+      expect(unfiltered).toEqual(tools)
+      expect(unfiltered).toEqual(await rest(`&${query.slice(1)}`))
+    }
   })
 
   it('runs every kind of tool through the same execution path', async () => {

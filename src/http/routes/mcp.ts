@@ -6,7 +6,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
-import { globMatcher, parseGlobList } from '../../execution/globs.ts'
+import { allowedFilter } from '../../execution/globs.ts'
 import type { NameMatcher } from '../../execution/globs.ts'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
@@ -27,7 +27,7 @@ function allowedOf (request: FastifyRequest): NameMatcher | undefined {
   const { allowed } = request.query as { allowed?: unknown }
   // Given twice, it would be read as neither (REST's schema refuses it as well).
   if (allowed !== undefined && typeof allowed !== 'string') throw new ToolError('BadRequest', 'allowed must be given once, as a comma-separated list of globs')
-  return allowed === undefined ? undefined : globMatcher(parseGlobList(allowed))
+  return allowedFilter(allowed)
 }
 
 /** A Host header as a URL spells it (`[::ffff:7f00:1]`, `xn--bcher-kva.example`); BadRequest when it is no host[:port]. */

@@ -1,7 +1,7 @@
 /** GET /v1/tools, GET /v1/tools/{name}, POST /v1/tools/{name}/execute. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { globMatcher, parseGlobList } from '../../execution/globs.ts'
+import { allowedFilter } from '../../execution/globs.ts'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
 import { catalog, CATALOG_FORMATS, type CatalogFormat, nativeEntry } from '../../formats/catalog.ts'
@@ -37,9 +37,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async
   app.get('/v1/tools', {
     schema: { summary: 'The tool catalog, sorted by name', tags: ['tools'], querystring: CatalogQuery, response: { 200: Type.Object({ tools: Type.Array(JsonObject) }), 304: NotModified, ...problems(400, 401) } },
   }, async (request, reply) => {
-    // An empty `allowed=` filters nothing, as if absent.
-    const allowed = (request.query.allowed ?? '').trim() === '' ? undefined : globMatcher(parseGlobList(request.query.allowed ?? ''))
-    const tools = runtime.registry.list({ scope: request.principal.scope, allowed })
+    const tools = runtime.registry.list({ scope: request.principal.scope, allowed: allowedFilter(request.query.allowed) })
     const body = catalog(tools, request.query.format ?? 'native', { strict: request.query.strict === 'true' })
     return notModified(request, reply, body) ? reply : body
   })
