@@ -2,7 +2,8 @@
  * JSON text from callers (request bodies, arguments sent as a string) read
  * one way: keys that would poison a prototype (`__proto__`,
  * `constructor.prototype`) are refused, never passed on to a tool, and so is
- * JSON nested deeper than anything the service passes on can take.
+ * JSON nested deeper than anything the service passes on can take, and a
+ * number no 64-bit float holds.
  */
 import secureJson from 'secure-json-parse'
 
@@ -25,18 +26,29 @@ export class JsonTextError extends Error {
  */
 export const MAX_JSON_DEPTH = 200
 
-/** Whether `value` nests arrays and objects deeper than `max` levels (looked at without recursion). */
-export function nestedDeeperThan (value: unknown, max = MAX_JSON_DEPTH): boolean {
+/**
+ * What of `value` cannot be taken (looked at without recursion): arrays and
+ * objects nested deeper than `max` levels, and, when `numbers` is set, a
+ * number past a 64-bit float (`1e400` parses as Infinity, which a schema
+ * takes for an integer and JSON writes back as null).
+ */
+function refusalOf (value: unknown, max: number, numbers: boolean): 'depth' | 'number' | undefined {
   const stack: Array<[unknown, number]> = [[value, 1]]
   for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
     const [inner, depth] = next
+    if (typeof inner === 'number' && !Number.isFinite(inner)) return 'number'
     if (inner === null || typeof inner !== 'object') continue
-    if (depth > max) return true
+    if (depth > max) return 'depth'
     for (const member of Array.isArray(inner) ? inner : Object.values(inner)) {
-      if (member !== null && typeof member === 'object') stack.push([member, depth + 1])
+      if ((member !== null && typeof member === 'object') || (numbers && typeof member === 'number')) stack.push([member, depth + 1])
     }
   }
-  return false
+  return undefined
+}
+
+/** Whether `value` nests arrays and objects deeper than `max` levels. */
+export function nestedDeeperThan (value: unknown, max = MAX_JSON_DEPTH): boolean {
+  return refusalOf(value, max, false) === 'depth'
 }
 
 /** Parses `text`; throws JsonTextError saying why it cannot be taken. */
@@ -51,6 +63,8 @@ export function parseJsonText (text: string): unknown {
     }
     throw new JsonTextError(`is not valid JSON: ${message.split('\n')[0] ?? ''}`, false)
   }
-  if (nestedDeeperThan(value)) throw new JsonTextError(`is nested more than ${MAX_JSON_DEPTH} levels deep`, true)
+  const refusal = refusalOf(value, MAX_JSON_DEPTH, true)
+  if (refusal === 'depth') throw new JsonTextError(`is nested more than ${MAX_JSON_DEPTH} levels deep`, true)
+  if (refusal === 'number') throw new JsonTextError('holds a number too large for a 64-bit float (such as 1e400)', true)
   return value
 }

@@ -124,6 +124,21 @@ describe('request bodies', () => {
     expect(fits.json().code).toBe('FileNotFound')
   })
 
+  it('refuses a number no 64-bit float holds (1e400 would reach a tool as Infinity, and go back out as null), in a body or in arguments sent as a string', async () => {
+    const app = await buildTestApp()
+    for (const number of ['1e400', '-1e400', '[1, 2e999]']) {
+      const body = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload: `{"workspace":"w","arguments":{"path":"a","offset":${number}}}` })
+      expect(body.statusCode).toBe(400)
+      expect(body.json()).toMatchObject({ code: 'BadRequest', detail: 'the body holds a number too large for a 64-bit float (such as 1e400)' })
+    }
+    const asString = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { arguments: '{"path":"a","offset":1e400}' } })
+    expect(asString.statusCode).toBe(400)
+    expect(asString.json()).toMatchObject({ code: 'InvalidArgs', detail: expect.stringContaining('too large for a 64-bit float') })
+    // The largest float is a number like any other (on to the tool, which finds no file).
+    const largest = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', headers: { 'content-type': 'application/json' }, payload: '{"arguments":{"path":"a","x":1.7976931348623157e308}}' })
+    expect(largest.json().code).toBe('FileNotFound')
+  })
+
   it('refuses a compressed body or another charset as such, not as "not valid JSON"', async () => {
     const app = await buildTestApp()
     const url = '/v1/tools/read_file/execute'
