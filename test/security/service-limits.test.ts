@@ -73,6 +73,15 @@ describe('batches', () => {
     expect(results.map((r) => r.result.stdout)).toEqual(calls.map((_, i) => `${i}\n`))
   })
 
+  it('a parallel batch of more calls of a tool than the tool\'s own limit (spawn refuses at once when full) runs whole too', async () => {
+    const app = await buildTestApp({ tools: { spawn: { max_concurrent: 2 } } })
+    const calls = Array.from({ length: 6 }, (_, i) => ({ id: `s${i}`, name: 'spawn', arguments: { command: 'sh', args: ['-c', `sleep 0.2; echo ${i}`] } }))
+    const response = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls, parallel: true } })
+    const results = response.json().results as Array<{ status: number, result?: unknown, error?: { detail: string } }>
+    expect(results.map((r) => r.error?.detail ?? r.status)).toEqual(calls.map(() => 200))
+    expect(JSON.stringify(results.map((r) => r.result))).toMatch(/5\\n/)
+  })
+
   it('holds at most 256 calls: more is a 400 BadRequest that says so', async () => {
     const app = await buildTestApp()
     const calls = Array.from({ length: 257 }, (_, i) => ({ id: `c${i}`, name: 'list_directory', arguments: { path: '.' } }))

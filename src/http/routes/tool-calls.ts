@@ -6,7 +6,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { type Static, Type } from '@sinclair/typebox'
 import { type Caller, execute, type Outcome } from '../../execution/execute.ts'
-import { mapWithConcurrency } from '../../execution/limiter.ts'
+import { Limiter, mapWithConcurrency } from '../../execution/limiter.ts'
 import type { Runtime } from '../../runtime.ts'
 import { WorkspaceScope } from '../../workspaces/scope.ts'
 import { toProblem, ToolError } from '../../errors.ts'
@@ -18,6 +18,9 @@ import { AnyJson, JsonObject, problems } from '../schemas.ts'
 
 /** A call's answer that its caller is to retry: the call was refused or stopped before its own answer. */
 const RETRY_INVITED: ReadonlySet<string> = new Set(['Overloaded', 'Unauthorized'])
+
+/** The longest delay a Node timer takes: a batch's call waits for its siblings for as long as they run. */
+const MAX_TIMER_MS = 2 ** 31 - 1
 
 /** More calls than this in one turn is not a model turn. */
 export const MAX_BATCH_CALLS = 256
@@ -46,14 +49,40 @@ const BatchReply = Type.Object({
   message: Type.Optional(Type.Object({ role: Type.Literal('user'), content: Type.Array(JsonObject) }, { description: 'format anthropic: the one user message holding the tool_result blocks' })),
 })
 
-async function runItem (runtime: Runtime, item: unknown, index: number, caller: Caller, workspace: WorkspaceScope): Promise<{ id: string, outcome: Outcome }> {
+/**
+ * For a parallel batch: the turn a call of a tool with a limiter of its own
+ * (spawn's refuses at once when full) takes among the batch's other calls of
+ * it, so that the batch's own calls wait for each other rather than refuse
+ * each other, as they do at the service's limiter.
+ */
+function siblingTurns (runtime: Runtime): (toolName: string) => Limiter | undefined {
+  const turns = new Map<Limiter, Limiter>()
+  return (toolName) => {
+    const own = runtime.registry.get(toolName)?.limiter
+    if (own === undefined) return undefined
+    let turn = turns.get(own)
+    if (turn === undefined) {
+      turn = new Limiter({ name: own.options.name, maxConcurrent: own.options.maxConcurrent, maxQueue: MAX_BATCH_CALLS, queueTimeoutMs: MAX_TIMER_MS })
+      turns.set(own, turn)
+    }
+    return turn
+  }
+}
+
+async function runItem (runtime: Runtime, item: unknown, index: number, caller: Caller, workspace: WorkspaceScope, turnOf?: (toolName: string) => Limiter | undefined): Promise<{ id: string, outcome: Outcome }> {
   let call
   try {
     call = parseCall(item, index)
   } catch (error) {
     return { id: callIdOf(item, index), outcome: { ok: false, tool: callNameOf(item), error: error as ToolError, durationMs: 0, workspace: null } }
   }
-  return { id: call.id, outcome: await execute(runtime, call, caller, workspace) }
+  // A call cancelled while it waits for its turn goes on to execute, which answers the cancellation.
+  const release = await turnOf?.(call.name)?.acquire(caller.signal).catch(() => undefined)
+  try {
+    return { id: call.id, outcome: await execute(runtime, call, caller, workspace) }
+  } finally {
+    release?.()
+  }
 }
 
 function batchResult (id: string, outcome: Outcome, requestId: string): Static<typeof BatchResult> {
@@ -74,10 +103,12 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
     workspace.validate()
     try {
       const calls = request.body.calls
-      const run = (item: unknown, index: number) => runItem(runtime, item, index, caller, workspace)
       // A parallel batch takes at most the limiter's width, so its own calls wait for each other
-      // instead of filling the limiter's queue and being refused.
-      const width = request.body.parallel === true ? runtime.config.limits.max_concurrent : 1
+      // instead of filling the limiter's queue and being refused; so do its calls of a tool with a limit of its own.
+      const parallel = request.body.parallel === true
+      const turnOf = parallel ? siblingTurns(runtime) : undefined
+      const run = (item: unknown, index: number) => runItem(runtime, item, index, caller, workspace, turnOf)
+      const width = parallel ? runtime.config.limits.max_concurrent : 1
       const done = await mapWithConcurrency(calls, width, run)
       // A batch none of whose calls ran to an answer of its own (each refused, stopped by a shutdown's drain,
       // or cut by its token's revocation) is to be retried; one some of whose calls did is kept, so that none runs twice.
