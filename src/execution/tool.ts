@@ -3,6 +3,7 @@
  * arguments and an `execute` that answers a JSON value or throws a ToolError.
  */
 import type { Logger } from 'pino'
+import { MAX_JSON_DEPTH, nestedDeeperThan } from './json-text.ts'
 import type { Limiter } from './limiter.ts'
 import type { WorkspaceQuota } from '../workspaces/quotas.ts'
 
@@ -123,4 +124,25 @@ export interface ToolInfo {
 
 export function toolInfo (tool: AnyTool): ToolInfo {
   return { name: tool.name, description: tool.description, parameters: tool.parameters, source: tool.source }
+}
+
+const isSchemaObject = (value: unknown): boolean => typeof value === 'object' && value !== null && !Array.isArray(value)
+
+/**
+ * Why a tool's parameters, from a source (an executable's `--describe`, an
+ * upstream MCP server), are no input schema every catalog takes: MCP's
+ * Tool.inputSchema (an object schema whose properties are schemas and whose
+ * `required` lists names), as OpenAI's and Anthropic's tools want it too.
+ * One such tool would make MCP clients refuse the whole catalog.
+ */
+export function inputSchemaProblem (schema: unknown): string | undefined {
+  if (!isSchemaObject(schema)) return 'parameters must be a JSON Schema object'
+  const { type, properties, required } = schema as Record<string, unknown>
+  if (type !== 'object') return 'parameters must have "type": "object" at the top level'
+  if (properties !== undefined && (!isSchemaObject(properties) || !Object.values(properties as object).every(isSchemaObject))) {
+    return 'parameters.properties must map each name to a schema object'
+  }
+  if (required !== undefined && (!Array.isArray(required) || !required.every((name) => typeof name === 'string'))) return 'parameters.required must be a list of property names'
+  if (nestedDeeperThan(schema)) return `parameters nest more than ${MAX_JSON_DEPTH} levels deep`
+  return undefined
 }

@@ -5,12 +5,12 @@
  */
 import os from 'node:os'
 import path from 'node:path'
-import { type AnyTool, HINTS, hintsOf, type JsonSchema, type ToolAnnotations } from '../execution/tool.ts'
+import { type AnyTool, HINTS, hintsOf, inputSchemaProblem, type JsonSchema, type ToolAnnotations } from '../execution/tool.ts'
 import { ToolError } from '../errors.ts'
 import { checkArgv } from '../sandbox/command-rules.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { clipText } from '../execution/truncate.ts'
-import { MAX_JSON_DEPTH, nestedDeeperThan } from '../execution/json-text.ts'
+import { nestedDeeperThan } from '../execution/json-text.ts'
 
 /**
  * stdout kept, in results' limits: an output longer than this many times
@@ -49,8 +49,8 @@ export function parseDescription (stdout: string): Description | string {
   // Dots alone (`..`) would be a path segment URLs fold away (`/v1/tools/../invoke`).
   if (typeof name !== 'string' || !/^[A-Za-z0-9_.-]{1,128}$/.test(name) || /^\.+$/.test(name)) return 'name must be a string of letters, digits, "_", "." or "-", not dots alone'
   if (typeof description !== 'string') return 'description must be a string'
-  if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)) return 'parameters must be a JSON Schema object'
-  if (nestedDeeperThan(parameters)) return `parameters nest more than ${MAX_JSON_DEPTH} levels deep`
+  const parametersProblem = inputSchemaProblem(parameters)
+  if (parametersProblem !== undefined) return parametersProblem
   const annotationsProblem = badAnnotations(annotations)
   if (annotationsProblem !== undefined) return annotationsProblem
   return { name, description, parameters: parameters as JsonSchema, annotations: hintsOf(annotations) }

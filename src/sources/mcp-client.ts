@@ -7,7 +7,7 @@
  */
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import type { RequestOptions } from '@modelcontextprotocol/sdk/shared/protocol.js'
-import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
+import { type CallToolResult, type Tool as McpTool, PaginatedResultSchema } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import type { McpServerConfig } from '../config.ts'
 import { MAX_JSON_DEPTH } from '../execution/json-text.ts'
@@ -34,6 +34,13 @@ export interface McpClientSourceOptions {
 const FIRST_BACKOFF_MS = 500
 const MAX_BACKOFF_MS = 30_000
 const DEFAULT_CONNECT_TIMEOUT_MS = 30_000
+/**
+ * Bounds of one listing, besides its time: a server whose cursors never
+ * repeat would otherwise be listed for good, a core busy and every tool kept.
+ * Real servers list a few hundred tools, on a few pages.
+ */
+const MAX_LIST_PAGES = 1000
+const MAX_LISTED_TOOLS = 10_000
 
 /** One upstream MCP server: connects, lists and wraps its tools, and keeps the connection alive. */
 export class McpClientSource {
@@ -146,7 +153,7 @@ export class McpClientSource {
       const { name, config } = this.#options
       this.#tools = wrapTools(name, tools, config.internal_only, (tool, args, ctx) => this.#call(tool, args, ctx))
       if (this.#tools.length < tools.length) {
-        this.#options.log.warn({ left_out: tools.length - this.#tools.length }, `left out MCP tools whose names, with the server's prefix, are longer than ${MAX_TOOL_NAME_CHARS} characters, or whose schemas nest more than ${MAX_JSON_DEPTH} levels deep`)
+        this.#options.log.warn({ left_out: tools.length - this.#tools.length }, `left out MCP tools whose names, with the server's prefix, are longer than ${MAX_TOOL_NAME_CHARS} characters, or that are no tools or have input schemas no catalog takes (not an object schema, or nested more than ${MAX_JSON_DEPTH} levels deep)`)
       }
     }
     this.#notify()
@@ -225,10 +232,14 @@ async function listAllTools (client: Client, options: RequestOptions & { timeout
   const overdue = (): Error => new Error(`listing the tools took longer than ${options.timeout / 1000} s (${seen.size + 1} pages, ${tools.length} tools so far)`)
   let cursor: string | undefined
   do {
-    const page = await client.listTools(cursor === undefined ? {} : { cursor }, { ...options, signal }).catch((error: unknown) => {
+    if (seen.size >= MAX_LIST_PAGES || tools.length >= MAX_LISTED_TOOLS) throw new Error(`the server lists more than ${MAX_LIST_PAGES} pages or ${MAX_LISTED_TOOLS} tools`)
+    // Read loosely, each tool looked at alone (wrapTools): the SDK's own listTools refuses the whole page for one malformed tool.
+    const page = await client.request({ method: 'tools/list', params: cursor === undefined ? {} : { cursor } }, PaginatedResultSchema, { ...options, signal }).catch((error: unknown) => {
       throw deadline.aborted ? overdue() : error
     })
-    tools.push(...page.tools)
+    const listed: unknown = page['tools']
+    if (!Array.isArray(listed)) throw new Error('the server\'s tools/list answer holds no list of tools')
+    tools.push(...listed as McpTool[])
     if (cursor !== undefined) seen.add(cursor)
     cursor = page.nextCursor
   } while (cursor !== undefined && !seen.has(cursor))

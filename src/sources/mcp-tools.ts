@@ -5,7 +5,7 @@
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
-import { type AnyTool, hintsOf, type JsonSchema, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
+import { type AnyTool, hintsOf, inputSchemaProblem, type JsonSchema, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../execution/json-text.ts'
 import { clipText } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
@@ -18,15 +18,24 @@ const EMPTY_SCHEMA: JsonSchema = { type: 'object', properties: {} }
 /** Calls a tool (by its upstream name) on the server's current connection. */
 export type CallUpstream = (name: string, args: Record<string, unknown>, ctx: ToolContext) => Promise<CallToolResult>
 
+/** An entry of a tools/list answer, read loosely, with what the service reads of a tool: a name, and a description if any. */
+function isToolShaped (entry: unknown): boolean {
+  if (typeof entry !== 'object' || entry === null) return false
+  const { name, description } = entry as Record<string, unknown>
+  return typeof name === 'string' && (description === undefined || typeof description === 'string')
+}
+
 /**
  * The registry tools of one server: `{server}__{tool}`, all calling through
  * `call`. Left out: a tool whose name would be longer than the service takes
- * (it could be listed, never called), and one whose schema nests deeper
- * than JSON from outside may (it would break the catalog for every caller).
+ * (it could be listed, never called), and an entry that is no tool or whose
+ * input schema no catalog takes (inputSchemaProblem): it would break the
+ * catalog for every caller.
  */
 export function wrapTools (server: string, tools: McpTool[], internal: boolean, call: CallUpstream): AnyTool[] {
   const nameOf = (tool: McpTool): string => `${server}__${tool.name}`
-  const usable = (tool: McpTool): boolean => nameOf(tool).length <= MAX_TOOL_NAME_CHARS && !nestedDeeperThan(tool.inputSchema)
+  const usable = (tool: McpTool): boolean => isToolShaped(tool) && nameOf(tool).length <= MAX_TOOL_NAME_CHARS &&
+    (tool.inputSchema === undefined || inputSchemaProblem(tool.inputSchema) === undefined)
   return tools.filter(usable).map((tool) => ({
     name: nameOf(tool),
     description: tool.description ?? '',

@@ -80,7 +80,7 @@ describe('MCP servers over stdio', () => {
     await source.close()
   })
 
-  it('leaves out a tool whose name, with the server\'s prefix, is longer than the service takes, or whose schema nests too deep, with a warning', async () => {
+  it('leaves out a tool whose name, with the server\'s prefix, is longer than the service takes, whose input schema no catalog takes, or that is no tool, with a warning; the rest are published', async () => {
     const { log, lines } = capturingLogger()
     const config = parseConfig({ tools: { mcp_servers: { odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'] } } } }).tools.mcp_servers['odd']
     if (!config) throw new Error('no config')
@@ -95,7 +95,23 @@ describe('MCP servers over stdio', () => {
       expect(names.every((name) => name.length <= 256)).toBe(true)
       // As is one whose schema nests past what can be serialised again: it broke the catalog for every caller.
       expect(names).not.toContain('odd__deep_schema')
-      expect(lines).toEqual([expect.objectContaining({ left_out: 2, msg: expect.stringContaining('longer than 256 characters, or whose schemas nest more than 200 levels deep') })])
+      // And one whose input schema MCP's Tool refuses: one such tool made the SDK refuse the whole listing (the server was down).
+      for (const name of ['odd__array_schema', 'odd__bad_properties', 'odd__bad_required', 'odd__undefined']) expect(names).not.toContain(name)
+      expect(names).toContain('odd__helper')
+      expect(lines).toEqual([expect.objectContaining({ left_out: 6, msg: expect.stringContaining('longer than 256 characters, or that are no tools or have input schemas no catalog takes') })])
+    } finally {
+      await source.close()
+    }
+  })
+
+  it('stops listing a server whose cursors never repeat, at a bound of pages, and takes it for down', async () => {
+    const config = parseConfig({ tools: { mcp_servers: { endless: { command: process.execPath, args: [FIXTURE, 'stdio', 'endless'] } } } }).tools.mcp_servers['endless']
+    if (!config) throw new Error('no config')
+    const source = new McpClientSource({ name: 'endless', config, log: capturingLogger().log, onChange: () => { throw new Error('no tools expected') } })
+    try {
+      await source.start()
+      expect(source.state).toBe('down')
+      expect(source.lastError).toMatch(/lists more than 1000 pages or 10000 tools/)
     } finally {
       await source.close()
     }
