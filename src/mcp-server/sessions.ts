@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
-import { CallToolRequestSchema, ListToolsRequestSchema, type RequestId } from '@modelcontextprotocol/sdk/types.js'
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, type RequestId } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { execute } from '../execution/execute.ts'
 import type { NameMatcher } from '../execution/globs.ts'
@@ -27,8 +27,15 @@ export interface McpSession {
   principal: Principal
   transport: StreamableHTTPServerTransport
   lastActive: number
-  /** Its tool calls under way: a session with one is in use, however long ago the call began. */
-  calls: { running: number }
+  /** Its tool calls under way (a session with one is in use, however long ago the call began), by JSON-RPC id. */
+  calls: SessionCalls
+  /** Answers each call under way with an error (the session is ending). */
+  answerUnfinished: () => Promise<void>
+}
+
+interface SessionCalls {
+  running: number
+  unanswered: Set<RequestId>
 }
 
 /** Idle sessions are looked for four times per idle time (and at least once a minute), so one ends at most a quarter of it late. */
@@ -77,15 +84,28 @@ export class McpSessions {
    */
   async open (principal: Principal, allowed?: NameMatcher): Promise<StreamableHTTPServerTransport> {
     const workspace = new WorkspaceScope(this.#runtime.workspaces, principal.tenant, undefined, { keepsProcesses: true })
-    const calls = { running: 0 }
+    const calls: SessionCalls = { running: 0, unanswered: new Set() }
     let endOnRevocation: (() => void) | undefined
     const server = this.#server(principal, workspace, allowed, calls, (requestId) => { transport.closeSSEStream(requestId) })
+    // However a session ends, its calls still under way are answered first: the streams they would have
+    // been answered on close with the session, and their clients would wait until their own timeouts, or for good.
+    const answerUnfinished = async (): Promise<void> => {
+      const unanswered = [...calls.unanswered]
+      calls.unanswered.clear()
+      await Promise.allSettled(unanswered.map((id) => transport.send({
+        jsonrpc: '2.0',
+        id,
+        error: { code: ErrorCode.ConnectionClosed, message: 'the MCP session ended before this call was answered; the call was stopped' },
+      }, { relatedRequestId: id })))
+    }
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
+      // A DELETE, which the transport handles itself: this runs before it closes.
+      onsessionclosed: answerUnfinished,
       onsessioninitialized: (id) => {
         // The initialize request's span learns the id it created.
         this.#runtime.tracing?.annotateRequest(ATTR_MCP_SESSION_ID, id)
-        const session = { id, principal, transport, lastActive: Date.now(), calls }
+        const session = { id, principal, transport, lastActive: Date.now(), calls, answerUnfinished }
         this.#admit(session)
         // A session of a token revoked meanwhile ends, its processes with it.
         endOnRevocation = () => { this.#end(session, 'its token was revoked') }
@@ -109,11 +129,11 @@ export class McpSessions {
   async closeAll (): Promise<void> {
     clearInterval(this.#sweeper)
     const all = [...this.#byTenant.values()].flatMap((sessions) => [...sessions.values()])
-    await Promise.allSettled(all.map((session) => session.transport.close()))
+    await Promise.allSettled(all.map((session) => this.#close(session)))
   }
 
   /** The session's server; `endStream` closes the HTTP stream a request's answer was to go out on. */
-  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined, calls: McpSession['calls'], endStream: (requestId: RequestId) => void): Server {
+  #server (principal: Principal, workspace: WorkspaceScope, allowed: NameMatcher | undefined, calls: SessionCalls, endStream: (requestId: RequestId) => void): Server {
     const server = new Server({ name: 'toolport', version: VERSION }, { capabilities: { tools: { listChanged: false } } })
     /** The tool calls of each POST still to answer, and one of them that was cancelled (its stream is found by its id). */
     const postCalls = new WeakMap<object, { running: number, cancelled: RequestId | undefined }>()
@@ -138,10 +158,12 @@ export class McpSessions {
       postCalls.set(post, unanswered)
       unanswered.running++
       calls.running++
+      calls.unanswered.add(extra.requestId)
       try {
         return toCallToolResult(await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace))
       } finally {
         calls.running--
+        calls.unanswered.delete(extra.requestId)
         stopProgress()
         // Cancelled while it ran, or before it began (a cancel in the same batch).
         if (extra.signal.aborted) unanswered.cancelled = extra.requestId
@@ -186,7 +208,12 @@ export class McpSessions {
   #end (session: McpSession, why: string): void {
     this.#forget(session.principal.tenant, session.id)
     this.#log.info({ tenant: session.principal.tenant, mcp_session: session.id }, `MCP session ended: ${why}`)
-    void session.transport.close().catch(() => {})
+    void this.#close(session).catch(() => {})
+  }
+
+  async #close (session: McpSession): Promise<void> {
+    await session.answerUnfinished()
+    await session.transport.close()
   }
 
   #forget (tenant: string, id: string): void {

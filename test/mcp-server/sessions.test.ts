@@ -1,7 +1,7 @@
 /**
  * The MCP sessions' bookkeeping, with the SDK's own client over a real
- * socket: a session that ends leaves nothing behind on the token that
- * opened it.
+ * socket: a session that ends answers the calls it still had under way,
+ * and leaves nothing behind on the token that opened it.
  */
 import http from 'node:http'
 import { getEventListeners } from 'node:events'
@@ -15,6 +15,8 @@ import { globMatcher } from '../../src/execution/globs.ts'
 import type { Principal } from '../../src/execution/principal.ts'
 import { McpSessions } from '../../src/mcp-server/sessions.ts'
 import { buildTestApp } from '../helper.ts'
+import { McpError } from '@modelcontextprotocol/sdk/types.js'
+import { listening } from '../support/listening.ts'
 import { onCleanup } from '../support/temp.ts'
 
 /** A full garbage collection (what turns a weakly held listener removal into none). */
@@ -68,5 +70,34 @@ describe('MCP sessions', () => {
       await client.close()
     }
     expect(getEventListeners(revocation.signal, 'abort')).toHaveLength(0)
+  })
+
+  it('answer the calls still under way when they end, by DELETE or past the session limit, rather than leave their clients waiting', async () => {
+    const app = await buildTestApp({ server: { max_mcp_sessions: 1 } })
+    const url = new URL(`${await listening(app)}/mcp`)
+    const open = async () => {
+      const transport = new StreamableHTTPClientTransport(url)
+      const client = new Client({ name: 'sessions-test', version: '1.0.0' })
+      await client.connect(transport)
+      onCleanup(() => client.close())
+      return { client, transport }
+    }
+    // The client's own timeout (10 s) is what a call left unanswered would end with: not the session's answer.
+    const longCall = (client: Client) => client.callTool({ name: 'exec_shell', arguments: { command: 'sleep 30' } }, undefined, { timeout: 10_000 }).then(
+      () => 'answered',
+      (error: unknown) => error instanceof McpError ? `${error.code} ${error.message}` : String(error),
+    )
+    const ended = `${-32000} MCP error -32000: the MCP session ended before this call was answered; the call was stopped`
+    const deleted = await open()
+    const call = longCall(deleted.client)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    await deleted.transport.terminateSession()
+    expect(await call).toBe(ended)
+    // The tenant's next session ends the oldest (max_mcp_sessions 1).
+    const evicted = await open()
+    const evictedCall = longCall(evicted.client)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    await open()
+    expect(await evictedCall).toBe(ended)
   })
 })
