@@ -85,7 +85,7 @@ describe('MCP sessions', () => {
     // The client's own timeout (10 s) is what a call left unanswered would end with: not the session's answer.
     const longCall = (client: Client) => client.callTool({ name: 'exec_shell', arguments: { command: 'sleep 30' } }, undefined, { timeout: 10_000 }).then(
       () => 'answered',
-      (error: unknown) => error instanceof McpError ? `${error.code} ${error.message}` : String(error),
+      (error: unknown) => error instanceof McpError ? `${error.code} ${error.message}` : String(error)
     )
     const ended = `${-32000} MCP error -32000: the MCP session ended before this call was answered; the call was stopped`
     const deleted = await open()
