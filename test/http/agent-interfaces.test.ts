@@ -181,6 +181,31 @@ describe('each tool as an OpenAPI operation', () => {
     expect((await app.inject({ method: 'POST', url: '/v1/tools/exec_shell/invoke', headers, payload: { command: 'true' } })).json()).toMatchObject({ code: 'PermissionDenied' })
   })
 
+  it('works as Open WebUI calls it: the workspace as a query parameter (a header parameter would reach the body as one more argument), and no body for a tool that needs no arguments', async () => {
+    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+    const document = (await app.inject({ url: '/v1/openapi/tools.json' })).json()
+    for (const [route, item] of Object.entries(document.paths as Record<string, { post: { parameters: Array<{ name: string, in: string }> } }>)) {
+      expect(item.post.parameters, route).toEqual([expect.objectContaining({ name: 'workspace', in: 'query' })])
+    }
+    // Open WebUI refuses to call an operation whose body is required without arguments.
+    expect(document.paths['/v1/tools/process_list/invoke'].post.requestBody.required).toBe(false)
+    expect(document.paths['/v1/tools/read_file/invoke'].post.requestBody.required).toBe(true)
+    // What Open WebUI sends for the model's {path, content, workspace}: the query parameter apart, the rest as the body.
+    const written = await app.inject({ method: 'POST', url: '/v1/tools/write_file/invoke?workspace=owui', payload: { path: 'keep.txt', content: 'kept' } })
+    expect(written.statusCode, written.body).toBe(200)
+    const read = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke?workspace=owui', payload: { path: 'keep.txt' } })
+    expect(read.json()).toEqual({ content: 'kept' })
+    // And for {workspace} alone: no body at all.
+    const listed = await app.inject({ method: 'POST', url: '/v1/tools/process_list/invoke?workspace=owui' })
+    expect(listed.statusCode, listed.body).toBe(200)
+    expect(listed.json()).toMatchObject({ processes: [] })
+    // The header still names it; both naming different ones is refused.
+    expect((await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke', headers: { 'toolport-workspace': 'owui' }, payload: { path: 'keep.txt' } })).json()).toEqual({ content: 'kept' })
+    const both = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke?workspace=other', headers: { 'toolport-workspace': 'owui' }, payload: { path: 'keep.txt' } })
+    expect(both.statusCode).toBe(400)
+    expect(both.json().detail).toMatch(/name different workspaces/)
+  })
+
   it('keeps a schema whose references point into its own $defs resolvable inside the document (Pydantic writes them so)', async () => {
     const app = await buildTestApp({ tools: { mcp_servers: { odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'], internal_only: false } } } })
     await app.runtime.whenReady()

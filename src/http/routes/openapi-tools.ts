@@ -19,6 +19,17 @@ import { AnyJson, JsonObject, problems, ToolNameParams } from '../schemas.ts'
 /** The header that names a persistent workspace for an invocation (the body is all arguments). */
 export const WORKSPACE_HEADER = 'toolport-workspace'
 
+/**
+ * The invocation's query parameter that names it too, and the one the document
+ * declares: Open WebUI offers a header parameter to the model as one more
+ * argument and sends it in the body (the arguments), but sends a query
+ * parameter as one.
+ */
+const WORKSPACE_QUERY = 'workspace'
+
+/** Whether a schema lists required properties: an operation without any may be called without a body. */
+const requiresArguments = (schema: unknown): boolean => Array.isArray((schema as { required?: unknown }).required) && ((schema as { required: unknown[] }).required.length > 0)
+
 const PROBLEM_SCHEMA = { type: 'object', required: ['type', 'title', 'status', 'detail', 'code', 'request_id'], properties: { type: { type: 'string' }, title: { type: 'string' }, status: { type: 'integer' }, detail: { type: 'string' }, code: { type: 'string' }, request_id: { type: 'string' }, tool: { type: 'string' } } }
 const problemResponse = { description: 'A problem (RFC 9457)', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } }
 
@@ -77,8 +88,9 @@ function operationOf (tool: AnyTool, schemas: Record<string, unknown>): Record<s
       summary: tool.description,
       description: tool.description,
       tags: [tool.source],
-      parameters: [{ name: WORKSPACE_HEADER, in: 'header', required: false, description: 'A persistent workspace id; without it the call runs in a fresh workspace', schema: { type: 'string' } }],
-      requestBody: { required: true, content: { 'application/json': { schema: argumentsSchema(tool, schemas) } } },
+      parameters: [{ name: WORKSPACE_QUERY, in: 'query', required: false, description: 'A persistent workspace id (or the Toolport-Workspace header); without it the call runs in a fresh workspace', schema: { type: 'string' } }],
+      // Open WebUI calls an operation whose body is required only with arguments: a tool that needs none may be called without.
+      requestBody: { required: requiresArguments(tool.parameters), content: { 'application/json': { schema: argumentsSchema(tool, schemas) } } },
       responses: {
         200: { description: 'The tool\'s result', content: { 'application/json': { schema: {} } } },
         default: problemResponse,
@@ -117,6 +129,13 @@ function workspaceNamed (rawHeaders: string[]): string | undefined {
   return bytes.toString('utf8')
 }
 
+/** The workspace an invocation names, by its query parameter or its header (the same one, when both). */
+function invocationWorkspace (query: string | undefined, rawHeaders: string[]): string | undefined {
+  const header = workspaceNamed(rawHeaders)
+  if (query !== undefined && header !== undefined && query !== header) throw new ToolError('BadRequest', 'the workspace query parameter and the Toolport-Workspace header name different workspaces')
+  return query ?? header
+}
+
 export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.get('/v1/openapi/tools.json', {
     schema: { summary: 'Each tool of the caller\'s catalog as an OpenAPI operation (for OpenAPI tool-server clients)', tags: ['tools'], response: { 200: JsonObject, ...problems(401) } },
@@ -127,12 +146,16 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
       summary: 'Run one tool call with the arguments as the body; answers the bare result',
       tags: ['tools'],
       params: ToolNameParams,
+      querystring: Type.Object({ [WORKSPACE_QUERY]: Type.Optional(Type.String({ description: 'A persistent workspace id (or the Toolport-Workspace header)' })) }),
       headers: Type.Object({ [WORKSPACE_HEADER]: Type.Optional(Type.String()) }),
       body: JsonObject,
       response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
+    // No body at all is no arguments (an operation whose body the document leaves optional); a body is validated as sent.
+    preValidation: async (request) => { request.body ??= {} },
   }, async (request, reply) => {
-    const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: request.body }, workspaceNamed(request.raw.rawHeaders))
+    const workspace = invocationWorkspace(request.query[WORKSPACE_QUERY], request.raw.rawHeaders)
+    const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: request.body }, workspace)
     if (!outcome.ok) return sendProblem(request, reply, outcome.error)
     // A string result is sent as the JSON string it is (Fastify would send it raw, as text/plain).
     if (typeof outcome.result === 'string') return reply.type('application/json; charset=utf-8').send(JSON.stringify(outcome.result))
