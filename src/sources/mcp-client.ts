@@ -175,7 +175,8 @@ export class McpClientSource {
     const ended = new AbortController()
     try {
       // The default result schema is CallToolResultSchema; the wider type is for pre-2024-11 servers.
-      return await runTiedTo(AbortSignal.any([ctx.signal, ended.signal]), () => connection.client.callTool({ name: tool, arguments: args }, undefined, { signal: ctx.signal, timeout: config.timeout_ms })) as CallToolResult
+      return await runTiedTo(AbortSignal.any([ctx.signal, ended.signal]), (broken) =>
+        connection.client.callTool({ name: tool, arguments: args }, undefined, { signal: AbortSignal.any([ctx.signal, broken]), timeout: config.timeout_ms })) as CallToolResult
     } catch (error) {
       if (!ctx.signal.aborted && isConnectionGone(error)) this.#drop(connection, error)
       throw errorOf(error, name, ctx.signal, config.timeout_ms)

@@ -13,15 +13,24 @@ import { STDIO_DEFAULT_MAX_BUFFER_SIZE } from '@modelcontextprotocol/sdk/shared/
 export const MAX_MESSAGE_BYTES = STDIO_DEFAULT_MAX_BUFFER_SIZE
 
 /** The call whose request the next fetch in this async context is; claimed by that fetch. */
-const callScope = new AsyncLocalStorage<{ signal: AbortSignal, claimed: boolean }>()
+const callScope = new AsyncLocalStorage<{ signal: AbortSignal, claimed: boolean, broken: AbortController }>()
 
 /**
  * Runs `call` (one request through the SDK) so that the request it sends
  * stops, answer and all, when `signal` aborts. Only that first fetch: a
  * cancellation the SDK sends afterwards must still reach the server.
+ * `call` is given a signal that aborts when that request's answer turns
+ * out too long, and then fails with that error: an answer on an event
+ * stream fails only the stream in the SDK, whose call would wait out its
+ * timeout (and the SDK reports an abort as a timeout).
  */
-export function runTiedTo<T> (signal: AbortSignal, call: () => Promise<T>): Promise<T> {
-  return callScope.run({ signal, claimed: false }, call)
+export async function runTiedTo<T> (signal: AbortSignal, call: (broken: AbortSignal) => Promise<T>): Promise<T> {
+  const broken = new AbortController()
+  try {
+    return await callScope.run({ signal, claimed: false, broken }, () => call(broken.signal))
+  } catch (error) {
+    throw broken.signal.aborted ? broken.signal.reason : error
+  }
 }
 
 export const boundedFetch: FetchLike = async (url, init) => {
@@ -37,7 +46,8 @@ export const boundedFetch: FetchLike = async (url, init) => {
   if (tied && response.status >= 300 && response.status < 400) scope.claimed = false
   if (response.body === null) return response
   const events = response.headers.get('content-type')?.split(';')[0]?.trim().toLowerCase() === 'text/event-stream'
-  return new Response(response.body.pipeThrough(messagesOfAtMost(MAX_MESSAGE_BYTES, events)), {
+  const tooLong = tied ? (error: Error) => { scope.broken.abort(error) } : () => {}
+  return new Response(response.body.pipeThrough(messagesOfAtMost(MAX_MESSAGE_BYTES, events, tooLong)), {
     status: response.status,
     statusText: response.statusText,
     headers: response.headers,
@@ -47,10 +57,15 @@ export const boundedFetch: FetchLike = async (url, init) => {
 /**
  * Passes a body through while no message in it is longer than `maxBytes`:
  * the whole body, or with `events` each event of an event stream (the bytes
- * up to a blank line; a line ends with CR LF, LF or CR, as SSE says).
+ * up to a blank line; a line ends with CR LF, LF or CR, as SSE says). Past
+ * it, the stream fails and `onTooLong` is told.
  */
-function messagesOfAtMost (maxBytes: number, events: boolean): TransformStream<Uint8Array, Uint8Array> {
+function messagesOfAtMost (maxBytes: number, events: boolean, onTooLong: (error: Error) => void): TransformStream<Uint8Array, Uint8Array> {
   const tooLong = new Error(`the server sent a message longer than ${maxBytes / 1024 / 1024} MiB`)
+  const fail = (controller: TransformStreamDefaultController<Uint8Array>): void => {
+    controller.error(tooLong)
+    onTooLong(tooLong)
+  }
   // Bytes of the current message before this chunk; of the current line; whether the last byte seen was a CR ending a line (an LF next is its pair).
   let held = 0
   let lineBytes = 0
@@ -72,7 +87,7 @@ function messagesOfAtMost (maxBytes: number, events: boolean): TransformStream<U
             lineBytes += gap
             // An empty line ends an event: what follows it starts the next.
             if (lineBytes === 0) {
-              if (held + at + 1 - start > maxBytes) return controller.error(tooLong)
+              if (held + at + 1 - start > maxBytes) return fail(controller)
               held = 0
               start = at + 1
             }
@@ -89,7 +104,7 @@ function messagesOfAtMost (maxBytes: number, events: boolean): TransformStream<U
         }
       }
       held += chunk.length - start
-      if (held > maxBytes) controller.error(tooLong)
+      if (held > maxBytes) fail(controller)
       else controller.enqueue(chunk)
     },
   })
