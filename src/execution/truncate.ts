@@ -148,8 +148,12 @@ export function errorWithinLimit (error: ToolError, maxBytes: number): ToolError
   return new ToolError(error.code, String(detail), { extra, retryAfterSeconds: error.retryAfterSeconds, cause: error.cause })
 }
 
-function truncateString (text: string, maxBytes: number): string {
-  const total = Buffer.byteLength(text)
+/**
+ * A string cut to fit `maxBytes` as JSON, with a suffix naming its total
+ * bytes: `total` when the text is itself the start of something longer
+ * (a command's output, of which only so much was kept).
+ */
+export function truncateString (text: string, maxBytes: number, total = Buffer.byteLength(text)): string {
   const suffix = (kept: string): string =>
     `\n... (output truncated: ${total} total bytes, showing first ${Buffer.byteLength(kept)})`
   const kept = longestFittingPrefix(text, maxBytes, (prefix) => jsonBytes(prefix + suffix(prefix)) <= maxBytes)

@@ -9,7 +9,7 @@ import { type AnyTool, HINTS, hintsOf, inputSchemaProblem, type JsonSchema, type
 import { ToolError } from '../errors.ts'
 import { checkArgv } from '../sandbox/command-rules.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
-import { clipText } from '../execution/truncate.ts'
+import { clipText, truncateString } from '../execution/truncate.ts'
 import { nestedDeeperThan } from '../execution/json-text.ts'
 
 /**
@@ -99,7 +99,10 @@ export function executableTool (file: string, description: Description, options:
         const detail = stderr.trim() === '' ? `${description.name} ${ended}` : `${description.name} ${ended}: ${stderr.trim()}`
         throw new ToolError('ExecutionFailed', detail, { extra: { exit_code: exitCode, stderr } })
       }
-      return run.stdoutTruncated ? run.stdout : parsedStdout(run.stdout)
+      if (!run.stdoutTruncated) return parsedStdout(run.stdout)
+      // Only the start was kept: the notice names how much the tool printed, not how much was kept.
+      ctx.markTruncated?.()
+      return truncateString(run.stdout, ctx.maxResultBytes, run.stdoutBytes)
     },
   }
 }

@@ -138,6 +138,9 @@ describe('executable tool calls', () => {
     expect(bomb.body).toMatchObject({ truncated: true })
     expect(typeof bomb.body.result).toBe('string')
     expect(bomb.body.result).toMatch(/^\[\[\],\[\],/)
+    // The notice names what the tool printed (3 MiB and 3 bytes), not what was kept of it.
+    expect(bomb.body.result).toMatch(/\n\.\.\. \(output truncated: 3145731 total bytes, showing first \d+\)$/)
+    expect(JSON.stringify(bomb.body.result).length).toBeLessThanOrEqual(4096)
     // Within the limit's fourfold, JSON is still JSON (cut as an array is).
     const fits = await exec(app, 'json_fits', {}, { max_result_bytes: 4096 })
     expect(Array.isArray(fits.body.result)).toBe(true)
