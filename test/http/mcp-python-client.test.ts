@@ -75,3 +75,21 @@ describe('the Python MCP SDK ending a session', () => {
     })
   }
 })
+
+describe('a client on HTTP/1.0, which may send no Host', () => {
+  it('opens a session: the request gets the address it was sent to as its Host (with tokens; without, a request must name a loopback host)', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'old-client', tenant: 't' }] } })
+    const port = Number(new URL(await listening(app)).port)
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'old', version: '1' } } })
+    const raw = [
+      'POST /mcp HTTP/1.0',
+      'Authorization: Bearer old-client',
+      'Content-Type: application/json',
+      'Accept: application/json, text/event-stream',
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      '',
+      body,
+    ].join('\r\n')
+    expect(await rawRequest(port, raw)).toBe(200)
+  })
+})

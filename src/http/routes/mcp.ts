@@ -54,9 +54,11 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
   app.addHook('onClose', async () => { if (loading) await (await loading).sessions.closeAll() })
   // The SDK's transport builds each request's URL again and answers a bare 400 of its own when that
   // changes the Host (an IPv6 address written out, a name in Unicode): it gets the Host as a URL spells it.
+  // An HTTP/1.0 request may come without a Host: it gets the address it was sent to.
   app.addHook('preHandler', async (request) => {
     const { headers } = request.raw
-    if (headers.host !== undefined) headers.host = urlHostOf(headers.host)
+    const { localAddress, localPort } = request.raw.socket
+    headers.host = urlHostOf(headers.host ?? (localAddress?.includes(':') ? `[${localAddress}]:${localPort}` : `${localAddress}:${localPort}`))
   })
 
   const forward = async (request: FastifyRequest, reply: FastifyReply, transport: { handleRequest: (req: never, res: never, body?: unknown) => Promise<void> }) => {
