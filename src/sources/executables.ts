@@ -11,11 +11,14 @@ import os from 'node:os'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { mapWithConcurrency } from '../execution/limiter.ts'
+import { safePrefix } from '../execution/truncate.ts'
 import type { AnyTool } from '../execution/tool.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { executableTool, parseDescription } from './executable-tool.ts'
 
 export const DESCRIBE_TIMEOUT_MS = 5000
+/** How much of `--describe`'s output is read: a description is a few KiB. */
+const DESCRIBE_MAX_BYTES = 1024 * 1024
 const RESCAN_INTERVAL_MS = 1000
 /** How many `--describe` runs a scan has going at once. */
 const DESCRIBE_CONCURRENCY = 4
@@ -137,12 +140,14 @@ export class ExecutableSource {
         env: this.#options.stub ? { SHELLCLAW_STUB: '1' } : {},
         timeoutMs,
         signal: new AbortController().signal,
-        maxOutputBytes: 1024 * 1024,
+        maxOutputBytes: DESCRIBE_MAX_BYTES,
         readOnlyPaths: [path.dirname(file)],
       })
       const problem = run.timedOut
         ? `--describe took longer than ${timeoutMs} ms`
-        : run.exitCode !== 0 ? `--describe exited with code ${run.exitCode}${run.stderr.trim() ? `: ${run.stderr.trim().slice(0, 200)}` : ''}` : null
+        : run.exitCode !== 0
+          ? `--describe exited with code ${run.exitCode}${run.stderr.trim() ? `: ${safePrefix(run.stderr.trim(), 200)}` : ''}`
+          : run.stdoutTruncated ? `--describe printed more than ${DESCRIBE_MAX_BYTES / 1024 / 1024} MiB` : null
       const description = problem ?? parseDescription(run.stdout)
       if (typeof description === 'string') return this.#skip(file, description)
       return executableTool(file, description, this.#options)

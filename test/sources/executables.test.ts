@@ -43,6 +43,7 @@ describe('executable tool discovery', () => {
     await placeTool(dir, 'deep', shTool(JSON.stringify({ name: 'deep', description: 'x', parameters: nested(300, { type: 'string' }, (inner) => ({ type: 'object', properties: { a: inner } })) }), 'true'))
     // Input schemas MCP's Tool does not take: one would make MCP clients refuse the whole catalog.
     const schemaOf = (name: string, parameters: unknown) => shTool(JSON.stringify({ name, description: 'x', parameters }), 'true')
+    await placeTool(dir, 'huge', '#!/bin/sh\nhead -c 2097152 /dev/zero | tr "\\0" " "\n')
     await placeTool(dir, 'empty-schema', schemaOf('empty_schema', {}))
     await placeTool(dir, 'array-schema', schemaOf('array_schema', { type: 'array' }))
     await placeTool(dir, 'bad-properties', schemaOf('bad_properties', { type: 'object', properties: 'nope' }))
@@ -67,13 +68,14 @@ describe('executable tool discovery', () => {
       'plain.txt': 'the file is not executable',
       deep: 'parameters nest more than 200 levels deep',
       dots: 'name must be a string of letters, digits, "_", "." or "-", not dots alone',
+      huge: '--describe printed more than 1 MiB',
       'empty-schema': 'parameters must have "type": "object" at the top level',
       'array-schema': 'parameters must have "type": "object" at the top level',
       'bad-properties': 'parameters.properties must map each name to a schema object',
       'bad-required': 'parameters.required must be a list of property names',
     })
     // One warning per file, although the directory was scanned three times.
-    expect(lines).toHaveLength(11)
+    expect(lines).toHaveLength(12)
     expect(lines.every((line) => line.level === 40 && String(line['file']).startsWith(dir))).toBe(true)
   })
 
