@@ -66,6 +66,13 @@ export interface ToolContext {
 /** The longest tool name the service takes (in a URL, a batch item): a source's tool with a longer one is left out of the catalog. */
 export const MAX_TOOL_NAME_CHARS = 256
 
+/**
+ * The name a tool source (an executable, an upstream MCP server) may give a
+ * tool, as MCP recommends: model APIs refuse a request whose tools' names
+ * hold anything else (a space, a slash, a newline), every tool with it.
+ */
+export const SOURCE_TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/
+
 export interface Tool<Args = Record<string, unknown>> {
   name: string
   description: string

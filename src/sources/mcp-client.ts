@@ -153,7 +153,7 @@ export class McpClientSource {
       const { name, config } = this.#options
       this.#tools = wrapTools(name, tools, config.internal_only, (tool, args, ctx) => this.#call(tool, args, ctx))
       if (this.#tools.length < tools.length) {
-        this.#options.log.warn({ left_out: tools.length - this.#tools.length }, `left out MCP tools whose names, with the server's prefix, are longer than ${MAX_TOOL_NAME_CHARS} characters, or that are no tools or have input schemas no catalog takes (not an object schema, or nested more than ${MAX_JSON_DEPTH} levels deep)`)
+        this.#options.log.warn({ left_out: tools.length - this.#tools.length }, `left out MCP tools whose names, with the server's prefix, are longer than ${MAX_TOOL_NAME_CHARS} characters, or that are no tools, or have names of other characters than letters, digits, "_", "." and "-", or input schemas no catalog takes (not an object schema, or nested more than ${MAX_JSON_DEPTH} levels deep)`)
       }
     }
     this.#notify()

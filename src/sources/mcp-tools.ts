@@ -5,7 +5,7 @@
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import type { CallToolResult, Tool as McpTool } from '@modelcontextprotocol/sdk/types.js'
-import { type AnyTool, hintsOf, inputSchemaProblem, type JsonSchema, MAX_TOOL_NAME_CHARS, type ToolContext } from '../execution/tool.ts'
+import { type AnyTool, hintsOf, inputSchemaProblem, type JsonSchema, MAX_TOOL_NAME_CHARS, SOURCE_TOOL_NAME, type ToolContext } from '../execution/tool.ts'
 import { MAX_JSON_DEPTH, nestedDeeperThan } from '../execution/json-text.ts'
 import { clipText } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
@@ -18,11 +18,11 @@ const EMPTY_SCHEMA: JsonSchema = { type: 'object', properties: {} }
 /** Calls a tool (by its upstream name) on the server's current connection. */
 export type CallUpstream = (name: string, args: Record<string, unknown>, ctx: ToolContext) => Promise<CallToolResult>
 
-/** An entry of a tools/list answer, read loosely, with what the service reads of a tool: a name, and a description if any. */
+/** An entry of a tools/list answer, read loosely, with what the service reads of a tool: a name of the kind sources may give, and a description if any. */
 function isToolShaped (entry: unknown): boolean {
   if (typeof entry !== 'object' || entry === null) return false
   const { name, description } = entry as Record<string, unknown>
-  return typeof name === 'string' && (description === undefined || typeof description === 'string')
+  return typeof name === 'string' && SOURCE_TOOL_NAME.test(name) && (description === undefined || typeof description === 'string')
 }
 
 /**

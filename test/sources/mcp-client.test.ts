@@ -80,7 +80,7 @@ describe('MCP servers over stdio', () => {
     await source.close()
   })
 
-  it('leaves out a tool whose name, with the server\'s prefix, is longer than the service takes, whose input schema no catalog takes, or that is no tool, with a warning; the rest are published', async () => {
+  it('leaves out a tool whose name, with the server\'s prefix, is longer than the service takes, whose name or input schema no catalog takes, or that is no tool, with a warning; the rest are published', async () => {
     const { log, lines } = capturingLogger()
     const config = parseConfig({ tools: { mcp_servers: { odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'] } } } }).tools.mcp_servers['odd']
     if (!config) throw new Error('no config')
@@ -97,8 +97,10 @@ describe('MCP servers over stdio', () => {
       expect(names).not.toContain('odd__deep_schema')
       // And one whose input schema MCP's Tool refuses: one such tool made the SDK refuse the whole listing (the server was down).
       for (const name of ['odd__array_schema', 'odd__bad_properties', 'odd__bad_required', 'odd__undefined']) expect(names).not.toContain(name)
+      // And one whose name model APIs refuse (they refuse the whole request then).
+      expect(names.every((name) => /^[A-Za-z0-9_.-]+$/.test(name))).toBe(true)
       expect(names).toContain('odd__helper')
-      expect(lines).toEqual([expect.objectContaining({ left_out: 6, msg: expect.stringContaining('longer than 256 characters, or that are no tools or have input schemas no catalog takes') })])
+      expect(lines).toEqual([expect.objectContaining({ left_out: 8, msg: expect.stringContaining('longer than 256 characters, or that are no tools, or have names of other characters') })])
     } finally {
       await source.close()
     }
