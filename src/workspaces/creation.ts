@@ -4,6 +4,7 @@
  * directory is made and its id claimed on disk, where another instance may
  * have claimed it first.
  */
+import { randomUUID } from 'node:crypto'
 import { mkdir } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import { metaOf, type CachedWorkspace, type CachedWorkspaces } from './cached-workspaces.ts'
@@ -35,6 +36,7 @@ export function materialise (cache: CachedWorkspaces, layout: WorkspaceLayout, {
     createdAt: now,
     expiresAt: now + ttlSeconds * 1000,
     ttlSeconds,
+    incarnation: randomUUID(),
     users: 0,
     savedExpiresAt: now + ttlSeconds * 1000,
     checkedAt: now,

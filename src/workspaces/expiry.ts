@@ -7,7 +7,7 @@
 import type { Logger } from 'pino'
 import { metaOf, type CachedWorkspace, type CachedWorkspaces } from './cached-workspaces.ts'
 import type { WorkspaceLease } from './ephemeral.ts'
-import type { WorkspaceLayout } from './meta.ts'
+import { sameWorkspace, type WorkspaceLayout } from './meta.ts'
 
 export interface WorkspaceExpiryOptions {
   cache: CachedWorkspaces
@@ -125,7 +125,7 @@ export class WorkspaceExpiry {
   async #keepHeld (entry: CachedWorkspace): Promise<void> {
     const { cache, layout, log, removedElsewhere } = this.#options
     const meta = await layout().read(entry.tenant, entry.id)
-    const gone = meta === null ? !await layout().hasMeta(entry.tenant, entry.id) : meta.createdAt !== entry.createdAt
+    const gone = meta === null ? !await layout().hasMeta(entry.tenant, entry.id) : !sameWorkspace(meta, entry)
     if (!gone) {
       this.renew(entry, this.#options.holdMs)
       return

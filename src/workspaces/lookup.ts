@@ -11,7 +11,7 @@ import { ToolError } from '../errors.ts'
 import type { CachedWorkspace, CachedWorkspaces } from './cached-workspaces.ts'
 import { ClaimedElsewhere, materialise } from './creation.ts'
 import { validateWorkspaceId } from './ids.ts'
-import type { WorkspaceLayout, WorkspaceMeta } from './meta.ts'
+import { sameWorkspace, type WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
 
 const DEFAULT_RECHECK_MS = 1000
 /** Rounds of finding, then making, a workspace that other calls or instances make or remove meanwhile. */
@@ -103,12 +103,12 @@ export class WorkspaceLookup {
     // its renewal would write the old one's creation and TTL over the new one's. What it held here (a
     // process) ends first, as a sweep would end it, which no longer finds it once it is out of the cache.
     const cached = cache.get(tenant, id)
-    const older = cached !== undefined && cached.made && cached.createdAt !== meta.createdAt ? cached : undefined
+    const older = cached !== undefined && cached.made && !sameWorkspace(cached, meta) ? cached : undefined
     if (older !== undefined && older.users > 0) {
       cache.forget(older)
       await removedElsewhere(older)
     }
-    const entry = cached !== undefined && cached.createdAt === meta.createdAt ? cached : cache.adopt(meta, layout())
+    const entry = cached !== undefined && sameWorkspace(cached, meta) ? cached : cache.adopt(meta, layout())
     entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
     entry.checkedAt = Date.now()
     if (entry.expiresAt <= Date.now() && entry.users === 0) {

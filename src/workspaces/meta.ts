@@ -4,7 +4,7 @@
  * agree on:
  *
  *   <root>/tenants/<tenant>/ws/<id>/        the workspace
- *   <root>/tenants/<tenant>/meta/<id>.json  {tenant, id, createdAt, expiresAt, ttlSeconds}
+ *   <root>/tenants/<tenant>/meta/<id>.json  {tenant, id, createdAt, expiresAt, ttlSeconds, incarnation}
  *   <root>/tenants/<tenant>/processes/<id>/ which instance runs each of its processes (processes/process-records.ts)
  *   <root>/trash/<uuid>/                    a deleted workspace, until its files are gone (workspace-trash.ts)
  *
@@ -23,6 +23,17 @@ export interface WorkspaceMeta {
   createdAt: number
   expiresAt: number
   ttlSeconds: number
+  /**
+   * Made at random with the workspace: tells apart two workspaces of one id
+   * made in the same millisecond (one removed and made again by another
+   * instance). Absent from records written before it was.
+   */
+  incarnation?: string
+}
+
+/** Whether two records are of the same workspace, not of two made under one id one after the other. */
+export function sameWorkspace (a: WorkspaceMeta, b: WorkspaceMeta): boolean {
+  return a.createdAt === b.createdAt && a.incarnation === b.incarnation
 }
 
 /** Where the workspaces and their metadata live under one root. */
@@ -161,7 +172,8 @@ function parseMeta (text: string | null): WorkspaceMeta | null {
   try {
     const meta = JSON.parse(text) as WorkspaceMeta
     const valid = typeof meta.tenant === 'string' && typeof meta.id === 'string' &&
-      Number.isFinite(meta.createdAt) && Number.isFinite(meta.expiresAt) && Number.isFinite(meta.ttlSeconds)
+      Number.isFinite(meta.createdAt) && Number.isFinite(meta.expiresAt) && Number.isFinite(meta.ttlSeconds) &&
+      (meta.incarnation === undefined || typeof meta.incarnation === 'string')
     return valid ? meta : null
   } catch {
     return null

@@ -4,10 +4,11 @@
  * as two pods would be.
  */
 import { existsSync } from 'node:fs'
-import { readdir, rm } from 'node:fs/promises'
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
+import { directoryNameOf } from '../../src/workspaces/ids.ts'
 import { WorkspaceStore } from '../../src/workspaces/store.ts'
 import { writeContained } from '../../src/workspace-fs/write.ts'
 import { workspaceQuota } from '../../src/workspaces/quotas.ts'
@@ -80,6 +81,16 @@ describe('instances sharing a workspace root', () => {
     const lease = await a.acquire('t', 'again')
     await lease.release()
     expect(await b.find('t', 'again')).toMatchObject({ createdAt: made.createdAt, ttlSeconds: 7200 })
+  })
+
+  it('tell apart a workspace another instance removed and made again in the same millisecond (the same createdAt)', async () => {
+    const [a] = await instances(1) as [WorkspaceStore]
+    const old = await a.create('t', { id: 'twin' })
+    // What another instance's removal and creation within that millisecond leave: a new record, its own TTL.
+    const file = path.join(a.root, 'tenants', 't', 'meta', `${directoryNameOf('twin')}.json`)
+    const twin = { ...JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>, ttlSeconds: 7200, expiresAt: old.createdAt + 7_200_000, incarnation: 'another' }
+    await writeFile(file, JSON.stringify(twin))
+    expect(await a.find('t', 'twin')).toMatchObject({ createdAt: old.createdAt, ttlSeconds: 7200, incarnation: 'another' })
   })
 
   it('make an id another instance removed, or that expired, instead of answering Conflict', async () => {
