@@ -9,7 +9,7 @@ import secureJson from 'secure-json-parse'
 
 /** What a JSON text is wrong with, in words for the caller. */
 export class JsonTextError extends Error {
-  /** The text is valid JSON, refused for what it holds (a prototype-poisoning key, its depth). */
+  /** The text is valid JSON, refused for what it holds (a prototype-poisoning key, its depth, a number past a 64-bit float). */
   readonly refusedJson: boolean
 
   constructor (message: string, refusedJson: boolean) {
@@ -36,11 +36,13 @@ function refusalOf (value: unknown, max: number, numbers: boolean): 'depth' | 'n
   const stack: Array<[unknown, number]> = [[value, 1]]
   for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
     const [inner, depth] = next
-    if (typeof inner === 'number' && !Number.isFinite(inner)) return 'number'
+    if (numbers && typeof inner === 'number' && !Number.isFinite(inner)) return 'number'
     if (inner === null || typeof inner !== 'object') continue
     if (depth > max) return 'depth'
     for (const member of Array.isArray(inner) ? inner : Object.values(inner)) {
-      if ((member !== null && typeof member === 'object') || (numbers && typeof member === 'number')) stack.push([member, depth + 1])
+      // Looked at here, not stacked: a body of a million numbers must not become a million stack entries.
+      if (numbers && typeof member === 'number' && !Number.isFinite(member)) return 'number'
+      if (member !== null && typeof member === 'object') stack.push([member, depth + 1])
     }
   }
   return undefined
