@@ -160,8 +160,9 @@ export class WorkspaceStore {
     const id = request.id ?? randomUUID()
     validateWorkspaceId(id)
     const conflict = () => new ToolError('Conflict', `workspace ${JSON.stringify(id)} already exists`)
-    // Known here: the disk says whether it still exists (another instance may have removed it, or it expired).
-    if (this.#cache.has(tenant, id) && await this.#lookup.find(tenant, id).then(() => true, (error: unknown) => {
+    // The disk says whether it exists (made here, by another instance, or before a restart), or has expired
+    // (then it goes first, and does not count against the quota).
+    if (await this.#lookup.find(tenant, id).then(() => true, (error: unknown) => {
       if (error instanceof ToolError && error.code === 'NotFound') return false
       throw error
     })) throw conflict()

@@ -18,6 +18,8 @@ async function store (ttlSeconds = 3600): Promise<WorkspaceStore> {
   return s
 }
 
+const codeOfAsync = async (promise: Promise<unknown>): Promise<string> => promise.then(() => 'ok', (error: unknown) => (error as ToolError).code)
+
 const codeOf = (fn: () => unknown): string => {
   try {
     fn()
@@ -167,6 +169,24 @@ describe('WorkspaceStore', () => {
     // The first sweep after the restart adopts what it has not seen, and removes it once expired.
     expect(await second.sweep(Date.now() + 2 * 3600_000)).toBe(1)
     expect(existsSync(path.join(second.root, 'tenants', 't', 'ws', directoryNameOf('kept')))).toBe(false)
+    second.close()
+  })
+
+  it('after a restart, answers Conflict for an id on disk and makes again one that expired, within the tenant\'s quota', async () => {
+    const root = await tempDir()
+    const log = pino({ level: 'silent' })
+    const first = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log, maxWorkspacesOf: () => 2 })
+    await first.init()
+    await first.create('t', { id: 'short', ttlSeconds: 1 })
+    await first.create('t', { id: 'kept' })
+    first.close()
+    await new Promise((resolve) => setTimeout(resolve, 1100))
+    const second = new WorkspaceStore({ root, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log, maxWorkspacesOf: () => 2 })
+    await second.init()
+    // On disk: Conflict (not the quota's PermissionDenied, which counts it).
+    expect(await codeOfAsync(second.create('t', { id: 'kept' }))).toBe('Conflict')
+    // Expired: made again (not Conflict), the expired one not counted.
+    expect((await second.create('t', { id: 'short' })).ttlSeconds).toBe(3600)
     second.close()
   })
 
