@@ -181,27 +181,39 @@ describe('each tool as an OpenAPI operation', () => {
     expect((await app.inject({ method: 'POST', url: '/v1/tools/exec_shell/invoke', headers, payload: { command: 'true' } })).json()).toMatchObject({ code: 'PermissionDenied' })
   })
 
-  it('works as Open WebUI calls it: the workspace as a query parameter (a header parameter would reach the body as one more argument), and no body for a tool that needs no arguments', async () => {
-    const app = await buildTestApp({ tools: { builtin: ['*'] } })
+  it('works as Open WebUI calls it: the workspace as a query parameter it also copies into the body, which is not passed on to the tool', async () => {
+    const dir = await toolsDir()
+    // Prints the arguments it was given; its schema, as zod writes them, takes no other property.
+    await placeTool(dir, 'strict', shTool(JSON.stringify({ name: 'strict_args', description: 'x', parameters: { type: 'object', properties: { a: { type: 'string' } }, additionalProperties: false } }), 'printf "%s" "$1"'))
+    const app = await buildTestApp({ tools: { builtin: ['*'], dirs: [dir] } })
+    await app.runtime.whenReady()
     const document = (await app.inject({ url: '/v1/openapi/tools.json' })).json()
     for (const [route, item] of Object.entries(document.paths as Record<string, { post: { parameters: Array<{ name: string, in: string }> } }>)) {
-      expect(item.post.parameters, route).toEqual([expect.objectContaining({ name: 'workspace', in: 'query' })])
+      expect(item.post.parameters, route).toEqual([expect.objectContaining({ name: 'toolport_workspace', in: 'query' })])
     }
-    // Open WebUI refuses to call an operation whose body is required without arguments.
+    // The body is required only of a tool that requires arguments.
     expect(document.paths['/v1/tools/process_list/invoke'].post.requestBody.required).toBe(false)
     expect(document.paths['/v1/tools/read_file/invoke'].post.requestBody.required).toBe(true)
-    // What Open WebUI sends for the model's {path, content, workspace}: the query parameter apart, the rest as the body.
-    const written = await app.inject({ method: 'POST', url: '/v1/tools/write_file/invoke?workspace=owui', payload: { path: 'keep.txt', content: 'kept' } })
+    // What Open WebUI sends for the model's {path, content, toolport_workspace}: the query parameter in the query,
+    // and every argument, the query parameter's too, in the body (backend/open_webui/utils/tools.py, execute_tool_server).
+    const written = await app.inject({ method: 'POST', url: '/v1/tools/write_file/invoke?toolport_workspace=owui', payload: { path: 'keep.txt', content: 'kept', toolport_workspace: 'owui' } })
     expect(written.statusCode, written.body).toBe(200)
-    const read = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke?workspace=owui', payload: { path: 'keep.txt' } })
+    const read = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke?toolport_workspace=owui', payload: { path: 'keep.txt', toolport_workspace: 'owui' } })
     expect(read.json()).toEqual({ content: 'kept' })
-    // And for {workspace} alone: no body at all.
-    const listed = await app.inject({ method: 'POST', url: '/v1/tools/process_list/invoke?workspace=owui' })
+    // The body's copy is not an argument: a tool whose schema takes no other property runs, given only its own.
+    const strict = await app.inject({ method: 'POST', url: '/v1/tools/strict_args/invoke?toolport_workspace=owui', payload: { a: 'x', toolport_workspace: 'owui' } })
+    expect(strict.statusCode, strict.body).toBe(200)
+    expect(strict.json()).toEqual({ a: 'x' })
+    // A process tool, which needs a persistent workspace, has one.
+    const listed = await app.inject({ method: 'POST', url: '/v1/tools/process_list/invoke?toolport_workspace=owui', payload: { toolport_workspace: 'owui' } })
     expect(listed.statusCode, listed.body).toBe(200)
     expect(listed.json()).toMatchObject({ processes: [] })
+    // No body, or an empty one with its Content-Type, is no arguments.
+    expect((await app.inject({ method: 'POST', url: '/v1/tools/process_list/invoke?toolport_workspace=owui' })).statusCode).toBe(200)
+    expect((await app.inject({ method: 'POST', url: '/v1/tools/process_list/invoke?toolport_workspace=owui', headers: { 'content-type': 'application/json' }, payload: '' })).statusCode).toBe(200)
     // The header still names it; both naming different ones is refused.
     expect((await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke', headers: { 'toolport-workspace': 'owui' }, payload: { path: 'keep.txt' } })).json()).toEqual({ content: 'kept' })
-    const both = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke?workspace=other', headers: { 'toolport-workspace': 'owui' }, payload: { path: 'keep.txt' } })
+    const both = await app.inject({ method: 'POST', url: '/v1/tools/read_file/invoke?toolport_workspace=other', headers: { 'toolport-workspace': 'owui' }, payload: { path: 'keep.txt' } })
     expect(both.statusCode).toBe(400)
     expect(both.json().detail).toMatch(/name different workspaces/)
   })

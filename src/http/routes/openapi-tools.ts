@@ -13,6 +13,7 @@ import { ToolError } from '../../errors.ts'
 import type { Runtime } from '../../runtime.ts'
 import { VERSION } from '../../version.ts'
 import { runOneCall } from '../caller.ts'
+import { installJsonBody } from '../plugins/json-body.ts'
 import { sendProblem } from '../plugins/problem.ts'
 import { AnyJson, JsonObject, problems, ToolNameParams } from '../schemas.ts'
 
@@ -20,14 +21,16 @@ import { AnyJson, JsonObject, problems, ToolNameParams } from '../schemas.ts'
 export const WORKSPACE_HEADER = 'toolport-workspace'
 
 /**
- * The invocation's query parameter that names it too, and the one the document
- * declares: Open WebUI offers a header parameter to the model as one more
- * argument and sends it in the body (the arguments), but sends a query
- * parameter as one.
+ * The invocation's query parameter that names it too, and the one the
+ * document declares. Open WebUI offers every parameter of an operation to
+ * the model as one more argument; it sends a header parameter nowhere but
+ * a query parameter in the query, and both in the body with the arguments.
+ * So the name is one no tool's own argument is likely to have, and the
+ * body's copy of it (the same value) is not passed to the tool.
  */
-const WORKSPACE_QUERY = 'workspace'
+const WORKSPACE_QUERY = 'toolport_workspace'
 
-/** Whether a schema lists required properties: an operation without any may be called without a body. */
+/** Whether a schema lists required properties (an operation's body is required only then). */
 const requiresArguments = (schema: unknown): boolean => Array.isArray((schema as { required?: unknown }).required) && ((schema as { required: unknown[] }).required.length > 0)
 
 const PROBLEM_SCHEMA = { type: 'object', required: ['type', 'title', 'status', 'detail', 'code', 'request_id'], properties: { type: { type: 'string' }, title: { type: 'string' }, status: { type: 'integer' }, detail: { type: 'string' }, code: { type: 'string' }, request_id: { type: 'string' }, tool: { type: 'string' } } }
@@ -89,7 +92,6 @@ function operationOf (tool: AnyTool, schemas: Record<string, unknown>): Record<s
       description: tool.description,
       tags: [tool.source],
       parameters: [{ name: WORKSPACE_QUERY, in: 'query', required: false, description: 'A persistent workspace id (or the Toolport-Workspace header); without it the call runs in a fresh workspace', schema: { type: 'string' } }],
-      // Open WebUI calls an operation whose body is required only with arguments: a tool that needs none may be called without.
       requestBody: { required: requiresArguments(tool.parameters), content: { 'application/json': { schema: argumentsSchema(tool, schemas) } } },
       responses: {
         200: { description: 'The tool\'s result', content: { 'application/json': { schema: {} } } },
@@ -132,11 +134,20 @@ function workspaceNamed (rawHeaders: string[]): string | undefined {
 /** The workspace an invocation names, by its query parameter or its header (the same one, when both). */
 function invocationWorkspace (query: string | undefined, rawHeaders: string[]): string | undefined {
   const header = workspaceNamed(rawHeaders)
-  if (query !== undefined && header !== undefined && query !== header) throw new ToolError('BadRequest', 'the workspace query parameter and the Toolport-Workspace header name different workspaces')
+  if (query !== undefined && header !== undefined && query !== header) throw new ToolError('BadRequest', `the ${WORKSPACE_QUERY} query parameter and the Toolport-Workspace header name different workspaces`)
   return query ?? header
 }
 
+/** The arguments of an invocation: its body, without the copy of the workspace query parameter a client (Open WebUI) put there. */
+function argumentsOf (body: Record<string, unknown>, query: string | undefined): Record<string, unknown> {
+  if (query === undefined || body[WORKSPACE_QUERY] !== query) return body
+  const { [WORKSPACE_QUERY]: _copy, ...rest } = body
+  return rest
+}
+
 export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
+  // No body, or an empty one, is no arguments (the document leaves the body optional for a tool that requires none).
+  installJsonBody(app, () => ({}))
   app.get('/v1/openapi/tools.json', {
     schema: { summary: 'Each tool of the caller\'s catalog as an OpenAPI operation (for OpenAPI tool-server clients)', tags: ['tools'], response: { 200: JsonObject, ...problems(401) } },
   }, async (request) => toolsDocument(runtime.registry.list({ scope: request.principal.scope }), authIsOn(runtime.config.auth)))
@@ -151,11 +162,10 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
       body: JsonObject,
       response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
     },
-    // No body at all is no arguments (an operation whose body the document leaves optional); a body is validated as sent.
-    preValidation: async (request) => { request.body ??= {} },
   }, async (request, reply) => {
-    const workspace = invocationWorkspace(request.query[WORKSPACE_QUERY], request.raw.rawHeaders)
-    const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: request.body }, workspace)
+    const query = request.query[WORKSPACE_QUERY]
+    const workspace = invocationWorkspace(query, request.raw.rawHeaders)
+    const outcome = await runOneCall(runtime, request, reply, { name: request.params.name, arguments: argumentsOf(request.body, query) }, workspace)
     if (!outcome.ok) return sendProblem(request, reply, outcome.error)
     // A string result is sent as the JSON string it is (Fastify would send it raw, as text/plain).
     if (typeof outcome.result === 'string') return reply.type('application/json; charset=utf-8').send(JSON.stringify(outcome.result))
