@@ -119,13 +119,13 @@ export class McpClientSource {
       // Current before the listing, so a list_changed arriving meanwhile is not lost.
       this.#connection = connection
       const listing = ++this.#listings
-      const tools = await listAllTools(connection.client, { signal, timeout: this.#connectTimeoutMs })
+      const listed = await listAllTools(connection.client, { signal, timeout: this.#connectTimeoutMs })
       this.state = 'up'
       this.lastError = undefined
       this.#failures = 0
       this.#backoffMs = FIRST_BACKOFF_MS
-      this.#options.log.info({ tools: tools.length }, 'MCP server connected')
-      this.#publish(tools, listing)
+      this.#options.log.info({ tools: listed.tools.length }, 'MCP server connected')
+      this.#publish(listed, listing)
     } catch (error) {
       if (connection) {
         if (this.#connection === connection) this.#connection = undefined
@@ -140,15 +140,16 @@ export class McpClientSource {
   async #refresh (connection: McpConnection): Promise<void> {
     const listing = ++this.#listings
     try {
-      const tools = await listAllTools(connection.client, { timeout: this.#connectTimeoutMs })
-      if (connection === this.#connection && listing > this.#published) this.#publish(tools, listing)
+      const listed = await listAllTools(connection.client, { timeout: this.#connectTimeoutMs })
+      if (connection === this.#connection && listing > this.#published) this.#publish(listed, listing)
     } catch (error) {
       this.#options.log.warn({ reason: shortMessage(error) }, 'could not list the tools of an MCP server again')
     }
   }
 
-  #publish (tools: McpTool[], listing: number): void {
+  #publish ({ tools, cut }: { tools: McpTool[], cut: boolean }, listing: number): void {
     if (listing > this.#published) {
+      if (cut) this.#options.log.warn({ tools: tools.length }, `the MCP server lists more than ${MAX_LIST_PAGES} pages or ${MAX_LISTED_TOOLS} tools: only the first are published`)
       this.#published = listing
       const { name, config } = this.#options
       this.#tools = wrapTools(name, tools, config.internal_only, (tool, args, ctx) => this.#call(tool, args, ctx))
@@ -223,26 +224,55 @@ export class McpClientSource {
 /**
  * tools/list, following pagination cursors (a repeated cursor ends the
  * loop), within one deadline for all the pages: a server whose cursors
- * never end is a failed listing, not an endless one.
+ * never end is a failed listing, not an endless one. Past MAX_LIST_PAGES
+ * pages or MAX_LISTED_TOOLS tools the listing stops, and `cut` says so.
  */
-async function listAllTools (client: Client, options: RequestOptions & { timeout: number }): Promise<McpTool[]> {
+async function listAllTools (client: Client, options: RequestOptions & { timeout: number }): Promise<{ tools: McpTool[], cut: boolean }> {
   const deadline = AbortSignal.timeout(options.timeout)
   const signal = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline
   const tools: McpTool[] = []
   const seen = new Set<string>()
-  const overdue = (): Error => new Error(`listing the tools took longer than ${options.timeout / 1000} s (${seen.size + 1} pages, ${tools.length} tools so far)`)
+  let pages = 0
+  let cut = false
+  const overdue = (): Error => new Error(`listing the tools took longer than ${options.timeout / 1000} s (${pages + 1} pages, ${tools.length} tools so far)`)
   let cursor: string | undefined
   do {
-    if (seen.size >= MAX_LIST_PAGES || tools.length >= MAX_LISTED_TOOLS) throw new Error(`the server lists more than ${MAX_LIST_PAGES} pages or ${MAX_LISTED_TOOLS} tools`)
+    if (pages === MAX_LIST_PAGES) {
+      cut = true
+      break
+    }
     // Read loosely, each tool looked at alone (wrapTools): the SDK's own listTools refuses the whole page for one malformed tool.
     const page = await client.request({ method: 'tools/list', params: cursor === undefined ? {} : { cursor } }, PaginatedResultSchema, { ...options, signal }).catch((error: unknown) => {
       throw deadline.aborted ? overdue() : error
     })
+    pages++
     const listed: unknown = page['tools']
     if (!Array.isArray(listed)) throw new Error('the server\'s tools/list answer holds no list of tools')
-    tools.push(...listed as McpTool[])
+    const room = MAX_LISTED_TOOLS - tools.length
+    for (const tool of listed.slice(0, room)) tools.push(tool as McpTool)
+    if (listed.length >= room && (listed.length > room || page.nextCursor !== undefined)) {
+      cut = true
+      break
+    }
     if (cursor !== undefined) seen.add(cursor)
     cursor = page.nextCursor
   } while (cursor !== undefined && !seen.has(cursor))
-  return tools
+  rememberOutputSchemas(client, tools)
+  return { tools, cut }
+}
+
+/**
+ * What the SDK's own listTools does with a listing (which this one reads
+ * past): compiles the tools' output schemas, against which its callTool
+ * checks a result's structuredContent. A schema it cannot compile leaves
+ * the results unchecked, as a tool without one.
+ */
+function rememberOutputSchemas (client: Client, tools: McpTool[]): void {
+  const sdk = client as unknown as { cacheToolMetadata?: (tools: McpTool[]) => void }
+  const shaped = tools.filter((tool) => typeof tool === 'object' && tool !== null && typeof tool.name === 'string')
+  try {
+    sdk.cacheToolMetadata?.(shaped)
+  } catch {
+    sdk.cacheToolMetadata?.(shaped.map(({ outputSchema: _schema, ...tool }) => tool as McpTool))
+  }
 }
