@@ -46,7 +46,7 @@ const BatchResult = Type.Object({
 const BatchReply = Type.Object({
   results: Type.Array(BatchResult),
   messages: Type.Array(JsonObject),
-  message: Type.Optional(Type.Object({ role: Type.Literal('user'), content: Type.Array(JsonObject) }, { description: 'format anthropic: the one user message holding the tool_result blocks (none for a batch of no calls)' })),
+  message: Type.Optional(Type.Object({ role: Type.Literal('user'), content: Type.Array(JsonObject) }, { description: 'format anthropic: the one user message holding the tool_result blocks' })),
 })
 
 /**
@@ -116,8 +116,7 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
       const format = request.body.format ?? 'native'
       const messages = done.map(({ id, outcome }) => toolMessage(id, outcome, format))
       const results = done.map(({ id, outcome }) => batchResult(id, outcome, request.id))
-      // No calls, no message: Anthropic refuses a user message without content.
-      return format === 'anthropic' && messages.length > 0 ? { results, messages, message: anthropicUserMessage(messages) } : { results, messages }
+      return format === 'anthropic' ? { results, messages, message: anthropicUserMessage(messages) } : { results, messages }
     } finally {
       await workspace.close()
     }
