@@ -68,8 +68,10 @@ export const MAX_TOOL_NAME_CHARS = 256
 
 /**
  * The name a tool source (an executable, an upstream MCP server) may give a
- * tool, as MCP recommends: model APIs refuse a request whose tools' names
- * hold anything else (a space, a slash, a newline), every tool with it.
+ * tool, as MCP recommends. Model APIs refuse a request whose tools' names
+ * hold other characters (a space, a slash, a newline), every tool with it;
+ * OpenAI's also refuse a "." and names over 64 characters, which MCP allows
+ * and such a tool keeps (README, "What a source's tool must be").
  */
 export const SOURCE_TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/
 

@@ -218,13 +218,13 @@ export class WorkspaceStore {
     return runExclusively(`${dir}\u0000removal`, task)
   }
 
-  /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
   /** Another instance removed a workspace held here: what runs here in it ends (its removal listeners), nothing else. */
   async #removedElsewhere (entry: CachedWorkspace): Promise<void> {
     await this.#beforeRemoval(entry.dir)
     forgetUsage(entry.dir)
   }
 
+  /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
   async #remove (tenant: string, id: string): Promise<void> {
     await this.#beforeRemoval(this.#layout.workspaceDir(tenant, id))
     await this.#layout.remove(tenant, id)
