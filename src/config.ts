@@ -71,6 +71,8 @@ export function parseConfig (raw: unknown, base = process.cwd()): Config {
     const error = validateConfig.errors?.[0]
     throw new ConfigError(error ? `config: ${keyOf(error)}: ${describe(error)}` : 'config: invalid')
   }
+  const withNul = keyWithNul(copy)
+  if (withNul !== undefined) throw new ConfigError(`config: ${withNul.replaceAll('\0', '\\0')}: must not hold a NUL byte`)
   const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => s.command !== undefined && s.url !== undefined)
   if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, not both`)
   for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {
@@ -235,14 +237,28 @@ export async function loadConfigFile (file: string): Promise<Config> {
  * was started from; without a file, to the working directory.
  */
 function resolvePaths (config: Config, base: string): Config {
-  // No filesystem takes a NUL byte in a path: Node would refuse it at first use, deep in the start.
-  const resolve = (key: string, p: string) => {
-    if (p.includes('\0')) throw new ConfigError(`config: ${key}: a path cannot hold a NUL byte`)
-    return path.resolve(base, p)
-  }
-  config.tools.dirs = config.tools.dirs.map((dir, i) => resolve(`tools.dirs.${i}`, dir))
-  config.workspaces.root = resolve('workspaces.root', config.workspaces.root)
-  if (config.workspaces.ephemeral_root !== undefined) config.workspaces.ephemeral_root = resolve('workspaces.ephemeral_root', config.workspaces.ephemeral_root)
-  if (config.auth.tokens_file !== undefined) config.auth.tokens_file = resolve('auth.tokens_file', config.auth.tokens_file)
+  const resolve = (p: string) => path.resolve(base, p)
+  config.tools.dirs = config.tools.dirs.map(resolve)
+  config.workspaces.root = resolve(config.workspaces.root)
+  if (config.workspaces.ephemeral_root !== undefined) config.workspaces.ephemeral_root = resolve(config.workspaces.ephemeral_root)
+  if (config.auth.tokens_file !== undefined) config.auth.tokens_file = resolve(config.auth.tokens_file)
   return config
+}
+
+/**
+ * The key of the first string of `value` (a key too) that holds a NUL byte:
+ * no path, host name, command, argument or environment takes one, and Node
+ * would refuse it only at its first use, deep in the start or for good in
+ * the background (an MCP server's command, retried).
+ */
+function keyWithNul (value: unknown, key = ''): string | undefined {
+  if (typeof value === 'string') return value.includes('\0') ? key : undefined
+  if (value === null || typeof value !== 'object') return undefined
+  for (const [name, inner] of Object.entries(value)) {
+    const at = key === '' ? name : `${key}.${name}`
+    if (name.includes('\0')) return at
+    const found = keyWithNul(inner, at)
+    if (found !== undefined) return found
+  }
+  return undefined
 }

@@ -55,10 +55,19 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ tools: { processes: { timeout_max: 3_000_000 } } }))).toBe('config: tools.processes.timeout_max: must be <= 2073600')
     expect(messageOf(() => parseConfig({ server: { drain_timeout_ms: 2 ** 31 } }))).toBe('config: server.drain_timeout_ms: must be <= 2073600000')
     expect(parseConfig({ tools: { processes: { timeout_max: 2_073_600 } } }).tools.processes.timeout_max).toBe(2_073_600)
-    // A NUL byte in a path would otherwise end the start with Node's stack trace, at its first use.
-    for (const [key, raw] of [['workspaces.root', { workspaces: { root: '/tmp/x\0b' } }], ['workspaces.ephemeral_root', { workspaces: { ephemeral_root: '/tmp/e\0' } }], ['tools.dirs.1', { tools: { dirs: ['/a', '/b\0'] } }], ['auth.tokens_file', { auth: { tokens_file: 't\0' } }]] as const) {
-      expect(messageOf(() => parseConfig(raw))).toBe(`config: ${key}: a path cannot hold a NUL byte`)
-    }
+    // A NUL byte would otherwise end the start with Node's stack trace at its first use, or fail an MCP server for good.
+    const withNul = [
+      ['workspaces.root', { workspaces: { root: '/tmp/x\0b' } }],
+      ['workspaces.ephemeral_root', { workspaces: { ephemeral_root: '/tmp/e\0' } }],
+      ['tools.dirs.1', { tools: { dirs: ['/a', '/b\0'] } }],
+      ['auth.tokens_file', { auth: { tokens_file: 't\0' } }],
+      ['server.host', { server: { host: 'local\0host' } }],
+      ['tools.mcp_servers.fs.command', { tools: { mcp_servers: { fs: { command: 'node\0' } } } }],
+      ['tools.mcp_servers.fs.args.0', { tools: { mcp_servers: { fs: { command: 'node', args: ['a\0'] } } } }],
+      // A key is shown with its NUL written out.
+      ['tools.mcp_servers.fs.env.K\\0', { tools: { mcp_servers: { fs: { command: 'node', env: { 'K\0': 'v' } } } } }],
+    ] as const
+    for (const [key, raw] of withNul) expect(messageOf(() => parseConfig(raw))).toBe(`config: ${key}: must not hold a NUL byte`)
   })
 
   it('reads YAML and JSON files, and reports unreadable or unparseable ones', async () => {
