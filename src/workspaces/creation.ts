@@ -48,10 +48,11 @@ export function materialise (cache: CachedWorkspaces, layout: WorkspaceLayout, {
   creating.push(entry)
   entry.ready = (async () => {
     // The disk counts every instance's workspaces (the cache may still hold ones another instance
-    // removed); the creations begun here before this one and still under way count too.
-    const onDisk = await layout.count(tenant)
-    const before = creating.slice(0, creating.indexOf(entry)).filter((other) => other.tenant === tenant).length
-    if (onDisk + before >= limit) throw quotaError(limit)
+    // removed); the creations begun here before this one and still under way count too, once each,
+    // whether or not their metadata is on disk yet.
+    const onDisk = await layout.metaFiles(tenant)
+    const before = creating.slice(0, creating.indexOf(entry)).filter((other) => other.tenant === tenant && !onDisk.has(layout.metaFile(other.tenant, other.id))).length
+    if (onDisk.size + before >= limit) throw quotaError(limit)
     // A directory made here is empty: its usage is known without a scan.
     if (await mkdir(entry.dir, { recursive: true }) !== undefined) startUsage(entry.dir)
     if (!await layout.claim(metaOf(entry))) throw new ClaimedElsewhere()

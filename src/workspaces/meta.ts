@@ -132,10 +132,10 @@ export class WorkspaceLayout {
     await rm(this.processesDir(tenant, id), { recursive: true, force: true, maxRetries: 3 })
   }
 
-  /** How many workspaces a tenant has on disk. */
-  async count (tenant: string): Promise<number> {
+  /** The metadata files of a tenant's workspaces on disk (one a workspace: their number is the tenant's count). */
+  async metaFiles (tenant: string): Promise<Set<string>> {
     const files = await readdir(this.#metaDir(tenant)).catch(() => [] as string[])
-    return files.filter((file) => file.endsWith('.json')).length
+    return new Set(files.filter((file) => file.endsWith('.json')).map((file) => path.join(this.#metaDir(tenant), file)))
   }
 
   /**

@@ -37,6 +37,19 @@ describe('workspace count quota', () => {
     expect((await requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: 'three' })).status).toBe(201)
   })
 
+  it('takes as many concurrent creations as the quota allows, none refused short of it', async () => {
+    const app = await buildTestApp({ auth: { tokens: TOKENS }, workspaces: { max_per_tenant: 60 } })
+    // Eight clients creating one after another: creations begin while others are half done (their metadata written, not yet counted as made).
+    const statuses = (await Promise.all(Array.from({ length: 8 }, async (_, client) => {
+      const mine: number[] = []
+      for (let i = 0; i < Math.floor(60 / 8) + (client < 60 % 8 ? 1 : 0); i++) mine.push((await requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: `q${client}-${i}` })).status)
+      return mine
+    }))).flat()
+    expect(statuses).toHaveLength(60)
+    expect(statuses.filter((status) => status !== 201)).toEqual([])
+    expectProblem(await requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: 'one-more' }), 403, 'PermissionDenied')
+  })
+
   it('holds under concurrent creations', async () => {
     const app = await buildTestApp({ auth: { tokens: TOKENS }, workspaces: { max_per_tenant: 3 } })
     const answers = await Promise.all(Array.from({ length: 12 }, (_, i) => requestAs(app, 'acme', 'POST', '/v1/workspaces', { id: `c${i}` })))
