@@ -31,9 +31,15 @@ export interface WorkspaceMeta {
   incarnation?: string
 }
 
-/** Whether two records are of the same workspace, not of two made under one id one after the other. */
+/**
+ * Whether two records are of the same workspace, not of two made under one
+ * id one after the other. The incarnations decide only when both records
+ * have one: an instance of an older version, sharing the root, renews a
+ * record without it.
+ */
 export function sameWorkspace (a: WorkspaceMeta, b: WorkspaceMeta): boolean {
-  return a.createdAt === b.createdAt && a.incarnation === b.incarnation
+  if (a.createdAt !== b.createdAt) return false
+  return a.incarnation === undefined || b.incarnation === undefined || a.incarnation === b.incarnation
 }
 
 /** Where the workspaces and their metadata live under one root. */

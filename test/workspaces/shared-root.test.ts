@@ -93,6 +93,25 @@ describe('instances sharing a workspace root', () => {
     expect(await a.find('t', 'twin')).toMatchObject({ createdAt: old.createdAt, ttlSeconds: 7200, incarnation: 'another' })
   })
 
+  it('take a record an instance of an older version renewed (without an incarnation) for the same workspace: what runs in it goes on', async () => {
+    const [a] = await instances(1) as [WorkspaceStore]
+    const made = await a.create('t', { id: 'shared' })
+    const ended: string[] = []
+    a.onRemoval(async (dir) => { ended.push(dir) })
+    const hold = await a.acquire('t', 'shared', { lasting: true })
+    const file = path.join(a.root, 'tenants', 't', 'meta', `${directoryNameOf('shared')}.json`)
+    // The hold's own renewal (two sweep intervals ahead) is written first.
+    const saved = async (): Promise<number> => (JSON.parse(await readFile(file, 'utf8')) as { expiresAt: number }).expiresAt
+    for (let i = 0; i < 100 && await saved() < Date.now() + 3_600_000; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+    // The older version writes back the five fields it knows.
+    const { incarnation: _dropped, ...renewed } = JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>
+    await writeFile(file, JSON.stringify({ ...renewed, expiresAt: Date.now() + 7_200_000 }))
+    await a.sweep()
+    expect(ended).toEqual([])
+    expect(await a.find('t', 'shared')).toMatchObject({ createdAt: made.createdAt })
+    await hold.release()
+  })
+
   it('make an id another instance removed, or that expired, instead of answering Conflict', async () => {
     const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
     await a.create('t', { id: 'freed' })
