@@ -166,6 +166,9 @@ export class WorkspaceStore {
       if (error instanceof ToolError && error.code === 'NotFound') return false
       throw error
     })) throw conflict()
+    // A creation of the id begun here while the disk was read is the one: this one is its Conflict.
+    const begun = this.#cache.get(tenant, id)
+    if (begun !== undefined && await begun.ready.then(() => true, () => false)) throw conflict()
     const entry = this.#lookup.materialise(tenant, id, request.ttlSeconds ?? this.#options.ttlSeconds)
     try {
       await entry.ready

@@ -190,6 +190,16 @@ describe('WorkspaceStore', () => {
     second.close()
   })
 
+  it('answers Conflict to the creations of an id that come together but the first, also at the quota\'s last place', async () => {
+    for (const limit of [1, 3, Infinity]) {
+      const s = new WorkspaceStore({ root: await tempDir(), ttlSeconds: 3600, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }), maxWorkspacesOf: () => limit })
+      await s.init()
+      const codes = await Promise.all([0, 1, 2].map(async () => codeOfAsync(s.create('t', { id: 'x' }))))
+      expect(codes.sort(), String(limit)).toEqual(['Conflict', 'Conflict', 'ok'])
+      s.close()
+    }
+  })
+
   it('starts without reading the metadata of the workspaces on disk, and a sweep reads only those it has not seen', async () => {
     const root = await tempDir()
     const log = pino({ level: 'silent' })
