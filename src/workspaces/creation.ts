@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto'
 import { mkdir } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import { metaOf, type CachedWorkspace, type CachedWorkspaces } from './cached-workspaces.ts'
-import type { WorkspaceLayout } from './meta.ts'
+import { metaFileName, type WorkspaceLayout } from './meta.ts'
 import { startUsage } from './usage.ts'
 
 /** Thrown inside a creation when another instance claimed the id first. */
@@ -50,8 +50,8 @@ export function materialise (cache: CachedWorkspaces, layout: WorkspaceLayout, {
     // The disk counts every instance's workspaces (the cache may still hold ones another instance
     // removed); the creations begun here before this one and still under way count too, once each,
     // whether or not their metadata is on disk yet.
-    const onDisk = await layout.metaFiles(tenant)
-    const before = creating.slice(0, creating.indexOf(entry)).filter((other) => other.tenant === tenant && !onDisk.has(layout.metaFile(other.tenant, other.id))).length
+    const onDisk = await layout.metaFileNames(tenant)
+    const before = creating.slice(0, creating.indexOf(entry)).filter((other) => other.tenant === tenant && !onDisk.has(metaFileName(other.id))).length
     if (onDisk.size + before >= limit) throw quotaError(limit)
     // A directory made here is empty: its usage is known without a scan.
     if (await mkdir(entry.dir, { recursive: true }) !== undefined) startUsage(entry.dir)

@@ -31,6 +31,9 @@ export interface WorkspaceMeta {
   incarnation?: string
 }
 
+/** The name of a workspace's metadata file in its tenant's directory. */
+export const metaFileName = (id: string): string => `${directoryNameOf(id)}.json`
+
 /**
  * Whether two records are of the same workspace, not of two made under one
  * id one after the other. The incarnations decide only when both records
@@ -85,7 +88,7 @@ export class WorkspaceLayout {
   }
 
   metaFile (tenant: string, id: string): string {
-    return path.join(this.#metaDir(tenant), `${directoryNameOf(id)}.json`)
+    return path.join(this.#metaDir(tenant), metaFileName(id))
   }
 
   /** Claims an id: false when its metadata exists already (made here or by another instance). */
@@ -138,10 +141,10 @@ export class WorkspaceLayout {
     await rm(this.processesDir(tenant, id), { recursive: true, force: true, maxRetries: 3 })
   }
 
-  /** The metadata files of a tenant's workspaces on disk (one a workspace: their number is the tenant's count). */
-  async metaFiles (tenant: string): Promise<Set<string>> {
+  /** The names of a tenant's metadata files on disk (as metaFileName gives them; one a workspace: their number is the tenant's count). */
+  async metaFileNames (tenant: string): Promise<Set<string>> {
     const files = await readdir(this.#metaDir(tenant)).catch(() => [] as string[])
-    return new Set(files.filter((file) => file.endsWith('.json')).map((file) => path.join(this.#metaDir(tenant), file)))
+    return new Set(files.filter((file) => file.endsWith('.json')))
   }
 
   /**
