@@ -223,9 +223,9 @@ export class McpClientSource {
 
 /**
  * tools/list, following pagination cursors (a repeated cursor ends the
- * loop), within one deadline for all the pages: a server whose cursors
- * never end is a failed listing, not an endless one. Past MAX_LIST_PAGES
- * pages or MAX_LISTED_TOOLS tools the listing stops, and `cut` says so.
+ * loop), within one deadline for all the pages: a listing that takes
+ * longer has failed. Past MAX_LIST_PAGES pages or MAX_LISTED_TOOLS tools
+ * (a server whose cursors never end) it stops, and `cut` says so.
  */
 async function listAllTools (client: Client, options: RequestOptions & { timeout: number }): Promise<{ tools: McpTool[], cut: boolean }> {
   const deadline = AbortSignal.timeout(options.timeout)
@@ -241,7 +241,9 @@ async function listAllTools (client: Client, options: RequestOptions & { timeout
       cut = true
       break
     }
-    // Read loosely, each tool looked at alone (wrapTools): the SDK's own listTools refuses the whole page for one malformed tool.
+    // Read loosely, each tool looked at alone (wrapTools): the SDK's own listTools refuses the whole page for one malformed
+    // tool. (Nor does it compile the tools' output schemas for callTool to check answers against: the catalog does not
+    // publish an upstream's output schemas, and that check ran the server's patterns on the event loop.)
     const page = await client.request({ method: 'tools/list', params: cursor === undefined ? {} : { cursor } }, PaginatedResultSchema, { ...options, signal }).catch((error: unknown) => {
       throw deadline.aborted ? overdue() : error
     })
@@ -257,22 +259,5 @@ async function listAllTools (client: Client, options: RequestOptions & { timeout
     if (cursor !== undefined) seen.add(cursor)
     cursor = page.nextCursor
   } while (cursor !== undefined && !seen.has(cursor))
-  rememberOutputSchemas(client, tools)
   return { tools, cut }
-}
-
-/**
- * What the SDK's own listTools does with a listing (which this one reads
- * past): compiles the tools' output schemas, against which its callTool
- * checks a result's structuredContent. A schema it cannot compile leaves
- * the results unchecked, as a tool without one.
- */
-function rememberOutputSchemas (client: Client, tools: McpTool[]): void {
-  const sdk = client as unknown as { cacheToolMetadata?: (tools: McpTool[]) => void }
-  const shaped = tools.filter((tool) => typeof tool === 'object' && tool !== null && typeof tool.name === 'string')
-  try {
-    sdk.cacheToolMetadata?.(shaped)
-  } catch {
-    sdk.cacheToolMetadata?.(shaped.map(({ outputSchema: _schema, ...tool }) => tool as McpTool))
-  }
 }

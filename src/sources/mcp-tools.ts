@@ -94,11 +94,6 @@ export function errorOf (error: unknown, server: string, signal: AbortSignal, ti
       case ErrorCode.RequestTimeout:
         return new ToolError('Timeout', `MCP server ${server} did not answer within ${timeoutMs} ms`)
       case ErrorCode.InvalidParams:
-        // The SDK's own check of an answer against the tool's output schema: the server's answer is at fault, not the arguments.
-        if (/^MCP error -32602: (Structured content does not match|Failed to validate structured content)/.test(error.message)) {
-          return new ToolError('ExecutionFailed', `MCP server ${server}: ${mcpMessage(error)}`)
-        }
-        return new ToolError('InvalidArgs', mcpMessage(error))
       case ErrorCode.MethodNotFound:
         return new ToolError('InvalidArgs', mcpMessage(error))
       case ErrorCode.ConnectionClosed:
