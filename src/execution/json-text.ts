@@ -40,12 +40,24 @@ function refusalOf (value: unknown, max: number, numbers: boolean): 'depth' | 'n
     if (inner === null || typeof inner !== 'object') continue
     if (depth > max) return 'depth'
     for (const member of Array.isArray(inner) ? inner : Object.values(inner)) {
-      // Looked at here, not stacked: a body of a million numbers must not become a million stack entries.
+      // Numbers and empty arrays and objects are looked at here, not stacked: a body of a million of
+      // them must not become a million stack entries.
       if (numbers && typeof member === 'number' && !Number.isFinite(member)) return 'number'
-      if (member !== null && typeof member === 'object') stack.push([member, depth + 1])
+      if (member === null || typeof member !== 'object') continue
+      if (isEmpty(member)) {
+        if (depth + 1 > max) return 'depth'
+      } else {
+        stack.push([member, depth + 1])
+      }
     }
   }
   return undefined
+}
+
+function isEmpty (value: object): boolean {
+  if (Array.isArray(value)) return value.length === 0
+  for (const key in value) if (Object.hasOwn(value, key)) return false
+  return true
 }
 
 /** Whether `value` nests arrays and objects deeper than `max` levels. */
