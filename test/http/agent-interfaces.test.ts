@@ -204,6 +204,13 @@ describe('each tool as an OpenAPI operation', () => {
     const strict = await app.inject({ method: 'POST', url: '/v1/tools/strict_args/invoke?toolport_workspace=owui', payload: { a: 'x', toolport_workspace: 'owui' } })
     expect(strict.statusCode, strict.body).toBe(200)
     expect(strict.json()).toEqual({ a: 'x' })
+    // A copy the model gave as a number is the query's text all the same.
+    const numbered = await app.inject({ method: 'POST', url: '/v1/tools/strict_args/invoke?toolport_workspace=42', payload: { a: 'y', toolport_workspace: 42 } })
+    expect(numbered.json()).toEqual({ a: 'y' })
+    // Another query parameter (a misspelt one) is refused, not dropped.
+    const misspelt = await app.inject({ method: 'POST', url: '/v1/tools/strict_args/invoke?workspace=owui', payload: { a: 'x' } })
+    expect(misspelt.statusCode).toBe(400)
+    expect(misspelt.json().detail).toMatch(/querystring.*"workspace"/)
     // A process tool, which needs a persistent workspace, has one.
     const listed = await app.inject({ method: 'POST', url: '/v1/tools/process_list/invoke?toolport_workspace=owui', payload: { toolport_workspace: 'owui' } })
     expect(listed.statusCode, listed.body).toBe(200)

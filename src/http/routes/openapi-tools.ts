@@ -140,7 +140,9 @@ function invocationWorkspace (query: string | undefined, rawHeaders: string[]): 
 
 /** The arguments of an invocation: its body, without the copy of the workspace query parameter a client (Open WebUI) put there. */
 function argumentsOf (body: Record<string, unknown>, query: string | undefined): Record<string, unknown> {
-  if (query === undefined || body[WORKSPACE_QUERY] !== query) return body
+  // Sent in the query as text: a model's `42` is the query's "42".
+  const copy = body[WORKSPACE_QUERY]
+  if (query === undefined || copy === undefined || copy === null || typeof copy === 'object' || String(copy) !== query) return body
   const { [WORKSPACE_QUERY]: _copy, ...rest } = body
   return rest
 }
@@ -157,7 +159,8 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
       summary: 'Run one tool call with the arguments as the body; answers the bare result',
       tags: ['tools'],
       params: ToolNameParams,
-      querystring: Type.Object({ [WORKSPACE_QUERY]: Type.Optional(Type.String({ description: 'A persistent workspace id (or the Toolport-Workspace header)' })) }),
+      // Another parameter (a misspelt one) would be dropped without a word, and the call run elsewhere.
+      querystring: Type.Object({ [WORKSPACE_QUERY]: Type.Optional(Type.String({ description: 'A persistent workspace id (or the Toolport-Workspace header)' })) }, { additionalProperties: false }),
       headers: Type.Object({ [WORKSPACE_HEADER]: Type.Optional(Type.String()) }),
       body: JsonObject,
       response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
