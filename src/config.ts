@@ -33,8 +33,11 @@ function keyOf (error: ErrorObject): string {
   const parts = error.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'))
   if (error.keyword === 'additionalProperties') parts.push(String(error.params['additionalProperty']))
   if (error.keyword === 'required') parts.push(String(error.params['missingProperty']))
-  return parts.join('.') || '(top level)'
+  return shownKey(parts.join('.')) || '(top level)'
 }
+
+/** A key as a one-line message shows it: a NUL byte in it written out. */
+const shownKey = (key: string): string => key.replaceAll('\0', '\\0')
 
 function describe (error: ErrorObject): string {
   if (error.keyword === 'additionalProperties') return 'unknown key'
@@ -72,7 +75,7 @@ export function parseConfig (raw: unknown, base = process.cwd()): Config {
     throw new ConfigError(error ? `config: ${keyOf(error)}: ${describe(error)}` : 'config: invalid')
   }
   const withNul = keyWithNul(copy)
-  if (withNul !== undefined) throw new ConfigError(`config: ${withNul.replaceAll('\0', '\\0')}: must not hold a NUL byte`)
+  if (withNul !== undefined) throw new ConfigError(`config: ${shownKey(withNul)}: must not hold a NUL byte`)
   const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => s.command !== undefined && s.url !== undefined)
   if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, not both`)
   for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {

@@ -68,6 +68,7 @@ describe('config', () => {
       ['tools.mcp_servers.fs.env.K\\0', { tools: { mcp_servers: { fs: { command: 'node', env: { 'K\0': 'v' } } } } }],
     ] as const
     for (const [key, raw] of withNul) expect(messageOf(() => parseConfig(raw))).toBe(`config: ${key}: must not hold a NUL byte`)
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'f\0s': { command: 'x' } } } }))).toBe('config: tools.mcp_servers.f\\0s: unknown key')
   })
 
   it('reads YAML and JSON files, and reports unreadable or unparseable ones', async () => {
