@@ -38,6 +38,9 @@ describe('POST /v1/tool-calls', () => {
     const anthropic = (await batch(app, { calls, format: 'anthropic' })).body
     expect(anthropic.messages.map((m: any) => [m.type, m.tool_use_id, m.is_error])).toEqual([['tool_result', 'ok', false], ['tool_result', 'bad', true]])
     expect(JSON.parse(anthropic.messages[1].content)).toEqual({ error: expect.stringMatching(/^file not found: nope.txt/) })
+    expect(anthropic.message).toEqual({ role: 'user', content: anthropic.messages })
+    // The contract's anthropic answer carries `message` always: for a batch of no calls, with no content.
+    expect((await batch(app, { calls: [], format: 'anthropic' })).body).toEqual({ results: [], messages: [], message: { role: 'user', content: [] } })
   })
 
   it('keeps each failed call\'s status and problem, and runs the rest', async () => {
