@@ -87,8 +87,9 @@ export class McpSessions {
     const calls: SessionCalls = { running: 0, unanswered: new Set() }
     let endOnRevocation: (() => void) | undefined
     const server = this.#server(principal, workspace, allowed, calls, (requestId) => { transport.closeSSEStream(requestId) })
-    // However a session ends, its calls still under way are answered first: the streams they would have
-    // been answered on close with the session, and their clients would wait until their own timeouts, or for good.
+    // When a session ends (DELETE, its limit, idle, revocation), its calls still under way are answered first:
+    // the streams they would have been answered on close with the session, and their clients would wait until
+    // their own timeouts, or for good. (At shutdown the drain has answered them before the sessions close.)
     const answerUnfinished = async (): Promise<void> => {
       const unanswered = [...calls.unanswered]
       calls.unanswered.clear()
