@@ -39,15 +39,20 @@ export class WorkspaceLookup {
     this.#options = options
   }
 
-  /** A workspace of `tenant`; NotFound when absent (or another tenant's, or expired). */
-  async find (tenant: string, id: string): Promise<CachedWorkspace> {
+  /**
+   * A workspace of `tenant`; NotFound when absent (or another tenant's, or
+   * expired). `reread` reads its metadata even when it was read within
+   * recheckMs: a process is to run in the workspace there is now, not in
+   * one another instance removed and made again meanwhile (same directory).
+   */
+  async find (tenant: string, id: string, reread = false): Promise<CachedWorkspace> {
     const { cache, layout, recheckMs, remove } = this.#options
     validateWorkspaceId(id)
     const cached = cache.get(tenant, id)
     if (cached) {
       // A creation that failed (quota, or claimed by another instance) leaves only what the disk says.
       const made = cached.made || await cached.ready.then(() => true, () => false)
-      const fresh = Date.now() - cached.checkedAt < (recheckMs ?? DEFAULT_RECHECK_MS)
+      const fresh = !reread && Date.now() - cached.checkedAt < (recheckMs ?? DEFAULT_RECHECK_MS)
       // Its directory is looked at every time: another instance may have removed the workspace
       // since, and a call would find nowhere to run (findOrCreate makes it afresh).
       if (made && fresh && cached.expiresAt > Date.now() && await exists(cached.dir)) return cached
@@ -61,13 +66,13 @@ export class WorkspaceLookup {
   }
 
   /** A workspace of `tenant`, made when it does not exist. */
-  async findOrCreate (tenant: string, id: string): Promise<CachedWorkspace> {
+  async findOrCreate (tenant: string, id: string, reread = false): Promise<CachedWorkspace> {
     const { cache, ttlSeconds } = this.#options
     validateWorkspaceId(id)
     // Bounded: metadata that can be neither read nor made again (an empty file a crash left) must not hold a call for good.
     for (let attempt = 0; attempt < FIND_OR_CREATE_ATTEMPTS; attempt++) {
       try {
-        return await this.find(tenant, id)
+        return await this.find(tenant, id, reread)
       } catch (error) {
         if (!(error instanceof ToolError) || error.code !== 'NotFound') throw error
       }

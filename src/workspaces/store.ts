@@ -243,7 +243,7 @@ export class WorkspaceStore {
 
   /** Holds a persistent workspace for a call (or, `lasting`, a process), creating it on first use; renews its TTL. */
   async acquire (tenant: string, id: string, options: { lasting?: boolean } = {}): Promise<WorkspaceLease> {
-    const entry = await this.#lookup.findOrCreate(tenant, id)
+    const entry = await this.#lookup.findOrCreate(tenant, id, options.lasting === true)
     const lease = this.#expiry.lease(entry, options.lasting === true)
     usageOf(entry.dir).refreshIfOld()
     return lease

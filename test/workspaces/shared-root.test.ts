@@ -15,7 +15,7 @@ import { workspaceQuota } from '../../src/workspaces/quotas.ts'
 import { ToolError } from '../../src/errors.ts'
 import { onCleanup, tempDir } from '../support/temp.ts'
 
-async function instances (count: number, options: { ttlSeconds?: number, maxWorkspaces?: number } = {}): Promise<WorkspaceStore[]> {
+async function instances (count: number, options: { ttlSeconds?: number, maxWorkspaces?: number, recheckMs?: number } = {}): Promise<WorkspaceStore[]> {
   const root = await tempDir('toolport-shared-')
   const stores: WorkspaceStore[] = []
   for (let i = 0; i < count; i++) {
@@ -25,7 +25,7 @@ async function instances (count: number, options: { ttlSeconds?: number, maxWork
       ttlSeconds: options.ttlSeconds ?? 3600,
       sweepIntervalSeconds: 3600,
       log: pino({ level: 'silent' }),
-      recheckMs: 0,
+      recheckMs: options.recheckMs ?? 0,
       maxWorkspacesOf: () => options.maxWorkspaces ?? Infinity,
     })
     await store.init()
@@ -91,6 +91,23 @@ describe('instances sharing a workspace root', () => {
     const twin = { ...JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>, ttlSeconds: 7200, expiresAt: old.createdAt + 7_200_000, incarnation: 'another' }
     await writeFile(file, JSON.stringify(twin))
     expect(await a.find('t', 'twin')).toMatchObject({ createdAt: old.createdAt, ttlSeconds: 7200, incarnation: 'another' })
+  })
+
+  it('run a process in the workspace there is now, not in one another instance removed and made again within the recheck time', async () => {
+    // A long recheck time: the first instance's record of the old workspace is fresh throughout.
+    const [a, b] = await instances(2, { recheckMs: 60_000 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'again' })
+    await (await a.acquire('t', 'again')).release()
+    await b.delete('t', 'again')
+    const remade = await b.create('t', { id: 'again' })
+    const ended: string[] = []
+    a.onRemoval(async (dir) => { ended.push(dir) })
+    const hold = await a.acquire('t', 'again', { lasting: true })
+    // Held, the workspace is looked at again by every sweep: the old record's would take it for removed elsewhere.
+    await a.sweep()
+    expect(ended).toEqual([])
+    expect(await a.find('t', 'again')).toMatchObject({ createdAt: remade.createdAt, incarnation: (remade as { incarnation?: string }).incarnation })
+    await hold.release()
   })
 
   it('take a record an instance of an older version renewed (without an incarnation) for the same workspace: what runs in it goes on', async () => {
