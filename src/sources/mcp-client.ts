@@ -58,6 +58,9 @@ export class McpClientSource {
   #failures = 0
   #listings = 0
   #published = 0
+  /** A re-listing is under way (list_changed); `#refreshAgain`: another notification came meanwhile. */
+  #refreshing = false
+  #refreshAgain = false
 
   constructor (options: McpClientSourceOptions) {
     this.#options = options
@@ -136,15 +139,31 @@ export class McpClientSource {
     }
   }
 
-  /** list_changed: lists again; only the newest listing is published. */
+  /**
+   * list_changed: lists again; only the newest listing is published. One
+   * listing at a time, and one more after it when notifications came
+   * meanwhile, however many: a storm of them would otherwise hold a listing
+   * (up to 10,000 tools) for each.
+   */
   async #refresh (connection: McpConnection): Promise<void> {
-    const listing = ++this.#listings
-    try {
-      const listed = await listAllTools(connection.client, { timeout: this.#connectTimeoutMs })
-      if (connection === this.#connection && listing > this.#published) this.#publish(listed, listing)
-    } catch (error) {
-      this.#options.log.warn({ reason: shortMessage(error) }, 'could not list the tools of an MCP server again')
+    if (this.#refreshing) {
+      this.#refreshAgain = true
+      return
     }
+    this.#refreshing = true
+    void (async () => {
+      do {
+        this.#refreshAgain = false
+        const listing = ++this.#listings
+        try {
+          const listed = await listAllTools(connection.client, { timeout: this.#connectTimeoutMs })
+          if (connection === this.#connection && listing > this.#published) this.#publish(listed, listing)
+        } catch (error) {
+          this.#options.log.warn({ reason: shortMessage(error) }, 'could not list the tools of an MCP server again')
+        }
+      } while (this.#refreshAgain && connection === this.#connection)
+      this.#refreshing = false
+    })()
   }
 
   #publish ({ tools, cut }: { tools: McpTool[], cut: boolean }, listing: number): void {

@@ -43,7 +43,7 @@ describe('/mcp as an MCP server', () => {
     const selective = await connect(base, { query: '?allowed=fx__*,greet' })
     const selected = (await selective.listTools()).tools
     expect(selected).toEqual(await rest('&allowed=fx__*,greet'))
-    expect(selected.map((t) => t.name)).toEqual(['fx__add', 'fx__crash', 'fx__echo', 'fx__env', 'fx__fail', 'fx__grow', 'fx__slow', 'fx__stats', 'greet'])
+    expect(selected.map((t) => t.name)).toEqual(['fx__add', 'fx__crash', 'fx__echo', 'fx__env', 'fx__fail', 'fx__grow', 'fx__slow', 'fx__stats', 'fx__storm', 'greet'])
     // An empty `allowed=` (a URL template left blank) filters nothing, on /mcp as on REST.
     for (const query of ['?allowed=', '?allowed=%20,%20']) {
       const unfiltered = (await (await connect(base, { query })).listTools()).tools
@@ -81,7 +81,7 @@ describe('/mcp as an MCP server', () => {
     await expect(connect(base)).rejects.toThrow()
     await expect(connect(base, { token: 'wrong' })).rejects.toThrow()
     const narrow = await connect(base, { token: 'narrow', query: '?allowed=*' })
-    expect((await narrow.listTools()).tools.map((t) => t.name)).toEqual(['fx__add', 'fx__crash', 'fx__echo', 'fx__env', 'fx__fail', 'fx__grow', 'fx__slow', 'fx__stats', 'greet'])
+    expect((await narrow.listTools()).tools.map((t) => t.name)).toEqual(['fx__add', 'fx__crash', 'fx__echo', 'fx__env', 'fx__fail', 'fx__grow', 'fx__slow', 'fx__stats', 'fx__storm', 'greet'])
     const refused = await narrow.callTool({ name: 'pub__echo', arguments: { text: 'x' } })
     expect(refused.isError).toBe(true)
     expect(textOf(refused)).toMatch(/^permission denied/)

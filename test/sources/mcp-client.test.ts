@@ -15,7 +15,7 @@ import { McpClientSource } from '../../src/sources/mcp-client.ts'
 import { capturingLogger, eventually, isAlive } from './helpers.ts'
 import { catalogNames, EVERYTHING, FIXTURE, mcpApp, statsOf, stdioFixture, textOf } from './mcp-helpers.ts'
 
-const FIXTURE_TOOLS = ['add', 'crash', 'echo', 'env', 'fail', 'grow', 'slow', 'stats']
+const FIXTURE_TOOLS = ['add', 'crash', 'echo', 'env', 'fail', 'grow', 'slow', 'stats', 'storm']
 
 describe('MCP servers over stdio', () => {
   it('registers tools as {server}__{tool}; internal_only (the default) hides them unless allowed selects them', async () => {
@@ -162,6 +162,16 @@ describe('MCP servers over stdio', () => {
     expect((await exec(app, 'fx__grow', {})).status).toBe(200)
     expect(await eventually(async () => (await catalogNames(app)).includes('fx__grown'))).toBe(true)
     expect(textOf((await exec(app, 'fx__grown', {})).body.result)).toBe('I am new')
+  })
+
+  it('lists again at most once at a time, and once more after a storm of list_changed notifications, not once for each', async () => {
+    const app = await mcpApp({ fx: stdioFixture({ internal_only: false }) })
+    const before = (await statsOf(app, 'fx')).listings
+    expect((await exec(app, 'fx__storm', { times: 50 })).status).toBe(200)
+    // One listing under way and one queued behind it: the last notification is never missed.
+    expect(await eventually(async () => (await statsOf(app, 'fx')).listings > before)).toBe(true)
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    expect((await statsOf(app, 'fx')).listings - before).toBeLessThanOrEqual(2)
   })
 
   it('answers a call over the per-call timeout with 504 Timeout and cancels it upstream', async () => {

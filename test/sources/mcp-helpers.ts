@@ -26,7 +26,7 @@ export function textOf (result: { content?: Array<{ type: string, text?: string 
 }
 
 /** The fixture's `stats` (through the service). */
-export async function statsOf (app: App, server: string): Promise<{ cancelled: number, calls: number, sessions: number, pid: number }> {
+export async function statsOf (app: App, server: string): Promise<{ cancelled: number, calls: number, sessions: number, pid: number, listings: number }> {
   const answer = await exec(app, `${server}__stats`, {})
   if (answer.status !== 200) throw new Error(`stats failed: ${JSON.stringify(answer.body)}`)
   return answer.body.result.structuredContent
