@@ -51,8 +51,11 @@ export function materialise (cache: CachedWorkspaces, layout: WorkspaceLayout, {
     // removed); the creations begun here before this one and still under way count too, once each,
     // whether or not their metadata is on disk yet.
     const onDisk = await layout.metaFileNames(tenant)
+    // Made meanwhile by another instance: a Conflict, not a quota it may fill.
+    if (onDisk.has(metaFileName(id))) throw new ClaimedElsewhere()
     const before = creating.slice(0, creating.indexOf(entry)).filter((other) => other.tenant === tenant && !onDisk.has(metaFileName(other.id))).length
-    if (onDisk.size + before >= limit) throw quotaError(limit)
+    // At the quota by the count of files, the expired ones (gone, whether or not a sweep has come by) do not count.
+    if (onDisk.size + before >= limit && await layout.unexpiredCount(tenant, onDisk, now) + before >= limit) throw quotaError(limit)
     // A directory made here is empty: its usage is known without a scan.
     if (await mkdir(entry.dir, { recursive: true }) !== undefined) startUsage(entry.dir)
     if (!await layout.claim(metaOf(entry))) throw new ClaimedElsewhere()

@@ -141,6 +141,16 @@ export class WorkspaceLayout {
     await rm(this.processesDir(tenant, id), { recursive: true, force: true, maxRetries: 3 })
   }
 
+  /** How many of a tenant's metadata files (`names`, metaFileNames') are of workspaces not expired at `now`; one that cannot be read counts. */
+  async unexpiredCount (tenant: string, names: Set<string>, now: number): Promise<number> {
+    let count = 0
+    for (const name of names) {
+      const meta = parseMeta(await readFile(path.join(this.#metaDir(tenant), name), 'utf8').catch(() => null))
+      if (meta === null || meta.expiresAt > now) count++
+    }
+    return count
+  }
+
   /** The names of a tenant's metadata files on disk (as metaFileName gives them; one a workspace: their number is the tenant's count). */
   async metaFileNames (tenant: string): Promise<Set<string>> {
     const files = await readdir(this.#metaDir(tenant)).catch(() => [] as string[])

@@ -9,6 +9,9 @@ import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { directoryNameOf } from '../../src/workspaces/ids.ts'
+import { CachedWorkspaces } from '../../src/workspaces/cached-workspaces.ts'
+import { ClaimedElsewhere, materialise } from '../../src/workspaces/creation.ts'
+import { WorkspaceLayout } from '../../src/workspaces/meta.ts'
 import { WorkspaceStore } from '../../src/workspaces/store.ts'
 import { writeContained } from '../../src/workspace-fs/write.ts'
 import { workspaceQuota } from '../../src/workspaces/quotas.ts'
@@ -108,6 +111,15 @@ describe('instances sharing a workspace root', () => {
     expect(ended).toEqual([])
     expect(await a.find('t', 'again')).toMatchObject({ createdAt: remade.createdAt, incarnation: (remade as { incarnation?: string }).incarnation })
     await hold.release()
+  })
+
+  it('answer Conflict, not the quota, for an id another instance made while this one read the disk', async () => {
+    const [a] = await instances(1, { maxWorkspaces: 1 }) as [WorkspaceStore]
+    await a.create('t', { id: 'taken' })
+    // What a second instance's creation finds once the first's record is on disk: the id is taken, and the quota full.
+    const layout = new WorkspaceLayout(a.root)
+    const entry = materialise(new CachedWorkspaces(), layout, { tenant: 't', id: 'taken', ttlSeconds: 3600, limit: 1 })
+    await expect(entry.ready).rejects.toBeInstanceOf(ClaimedElsewhere)
   })
 
   it('take a record an instance of an older version renewed (without an incarnation) for the same workspace: what runs in it goes on', async () => {

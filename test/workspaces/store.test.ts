@@ -190,6 +190,17 @@ describe('WorkspaceStore', () => {
     second.close()
   })
 
+  it('does not count expired workspaces against the quota, before a sweep has come by', async () => {
+    const s = new WorkspaceStore({ root: await tempDir(), ttlSeconds: 3600, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }), maxWorkspacesOf: () => 2 })
+    await s.init()
+    await s.create('t', { id: 'e1', ttlSeconds: 1 })
+    await s.create('t', { id: 'e2', ttlSeconds: 1 })
+    expect(await codeOfAsync(s.create('t', { id: 'early' }))).toBe('PermissionDenied')
+    await new Promise((resolve) => setTimeout(resolve, 1100))
+    expect(await codeOfAsync(s.create('t', { id: 'fresh' }))).toBe('ok')
+    s.close()
+  })
+
   it('answers Conflict to the creations of an id that come together but the first, also at the quota\'s last place', async () => {
     for (const limit of [1, 3, Infinity]) {
       const s = new WorkspaceStore({ root: await tempDir(), ttlSeconds: 3600, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }), maxWorkspacesOf: () => limit })
