@@ -8,6 +8,8 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox'
 
 const strict = { additionalProperties: false } as const
+/** A map's key, whatever it holds: TypeBox's own pattern for a string key (`^(.*)$`) takes no line break, and a key with one went unchecked. */
+const AnyKey = Type.String({ pattern: '^[\\s\\S]*$' })
 /** An integer; without a maximum of its own, one JavaScript holds exactly (YAML's `.inf` and JSON's `1e400` are no integers). */
 const int = (min: number, def: number, max = Number.MAX_SAFE_INTEGER) => Type.Integer({ minimum: min, maximum: max, default: def })
 /**
@@ -28,7 +30,7 @@ const oneOf = <T extends string>(values: readonly T[], def: T) => Type.Unsafe<T>
 const McpServerSchema = Type.Object({
   command: Type.Optional(Type.String()),
   args: Type.Array(Type.String(), { default: [] }),
-  env: Type.Record(Type.String(), Type.String(), { default: {} }),
+  env: Type.Record(AnyKey, Type.String(), { default: {} }),
   url: Type.Optional(Type.String()),
   internal_only: Type.Boolean({ default: true }),
   timeout_ms: ms(1, 60_000),
@@ -78,7 +80,7 @@ export const ConfigSchema = Type.Object({
     /** Bytes of files one workspace may hold (checked before file-tool writes and archive uploads). */
     max_bytes: int(1024, 1024 * 1024 * 1024),
     /** Per-tenant overrides of the two quotas above. */
-    tenant_quotas: Type.Record(Type.String(), Type.Object({
+    tenant_quotas: Type.Record(AnyKey, Type.Object({
       max_workspaces: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER })),
       max_workspace_bytes: Type.Optional(Type.Integer({ minimum: 1024, maximum: Number.MAX_SAFE_INTEGER })),
     }, strict), { default: {} }),
@@ -138,7 +140,7 @@ export const ConfigSchema = Type.Object({
     stub: Type.Boolean({ default: false }),
     mcp_servers: Type.Record(Type.String({ pattern: '^[A-Za-z0-9_-]+$' }), McpServerSchema, { default: {}, additionalProperties: false }),
   }),
-  channels: Type.Record(Type.String(), Type.Object({ webhook: Type.String() }, strict), { default: {} }),
+  channels: Type.Record(AnyKey, Type.Object({ webhook: Type.String() }, strict), { default: {} }),
   logging: section({
     level: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
   }),

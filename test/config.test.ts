@@ -69,6 +69,10 @@ describe('config', () => {
     ] as const
     for (const [key, raw] of withNul) expect(messageOf(() => parseConfig(raw))).toBe(`config: ${key}: must not hold a NUL byte`)
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'f\0s': { command: 'x' } } } }))).toBe('config: tools.mcp_servers.f\\0s: unknown key')
+    // A map's key with a line break is checked as any other (it went unchecked), and shown on one line.
+    expect(messageOf(() => parseConfig({ workspaces: { tenant_quotas: { 't\n': { max_workspaces: 'x' } } } }))).toBe('config: workspaces.tenant_quotas.t\\u000a.max_workspaces: must be integer')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { a: { command: 'node', env: { 'K\u2028': 5 } } } } }))).toBe('config: tools.mcp_servers.a.env.K\\u2028: must be string')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a\nb': { command: 'node' } } } }))).toBe('config: tools.mcp_servers.a\\u000ab: unknown key')
   })
 
   it('reads YAML and JSON files, and reports unreadable or unparseable ones', async () => {
