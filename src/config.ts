@@ -37,6 +37,7 @@ function keyOf (error: ErrorObject): string {
 }
 
 /** A key as a one-line message shows it: its control characters and line breaks written out (`\0`, `\u000a`). */
+// eslint-disable-next-line no-control-regex
 const shownKey = (key: string): string => key.replace(/[\u0000-\u001f\u007f\u2028\u2029]/g, (c) => c === '\0' ? '\\0' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
 
 function describe (error: ErrorObject): string {
