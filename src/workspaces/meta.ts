@@ -114,7 +114,7 @@ export class WorkspaceLayout {
 
   /** The metadata of one workspace, or null when there is none (or it cannot be read). */
   async read (tenant: string, id: string): Promise<WorkspaceMeta | null> {
-    return parseMeta(await readFile(this.metaFile(tenant, id), 'utf8').catch(() => null))
+    return readMeta(this.metaFile(tenant, id))
   }
 
   /** Whether the metadata file is there (unreadable counts as there: only a sure absence is a removal). */
@@ -145,7 +145,7 @@ export class WorkspaceLayout {
   async unexpiredCount (tenant: string, names: Set<string>, now: number): Promise<number> {
     let count = 0
     for (const name of names) {
-      const meta = parseMeta(await readFile(path.join(this.#metaDir(tenant), name), 'utf8').catch(() => null))
+      const meta = await readMeta(path.join(this.#metaDir(tenant), name))
       if (meta === null || meta.expiresAt > now) count++
     }
     return count
@@ -170,7 +170,7 @@ export class WorkspaceLayout {
       for (const file of await readdir(metaDir).catch(() => [] as string[])) {
         if (!file.endsWith('.json')) continue
         if (known(path.join(tenantsDir, tenantName, 'ws', file.slice(0, -'.json'.length)))) continue
-        const meta = parseMeta(await readFile(path.join(metaDir, file), 'utf8').catch(() => null))
+        const meta = await readMeta(path.join(metaDir, file))
         if (meta) out.push(meta)
       }
     }
@@ -186,7 +186,9 @@ export class WorkspaceLayout {
   }
 }
 
-function parseMeta (text: string | null): WorkspaceMeta | null {
+/** The record in a metadata file, or null when there is none (or it cannot be read, or is no record). */
+async function readMeta (file: string): Promise<WorkspaceMeta | null> {
+  const text = await readFile(file, 'utf8').catch(() => null)
   if (text === null) return null
   try {
     const meta = JSON.parse(text) as WorkspaceMeta

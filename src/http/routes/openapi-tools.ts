@@ -7,7 +7,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { isUtf8 } from 'node:buffer'
-import type { AnyTool } from '../../execution/tool.ts'
+import type { AnyTool, JsonSchema } from '../../execution/tool.ts'
 import { authIsOn } from '../../config.ts'
 import { ToolError } from '../../errors.ts'
 import type { Runtime } from '../../runtime.ts'
@@ -31,7 +31,7 @@ export const WORKSPACE_HEADER = 'toolport-workspace'
 const WORKSPACE_QUERY = 'toolport_workspace'
 
 /** Whether a schema lists required properties (an operation's body is required only then). */
-const requiresArguments = (schema: unknown): boolean => Array.isArray((schema as { required?: unknown }).required) && ((schema as { required: unknown[] }).required.length > 0)
+const requiresArguments = (schema: JsonSchema): boolean => Array.isArray(schema['required']) && schema['required'].length > 0
 
 const PROBLEM_SCHEMA = { type: 'object', required: ['type', 'title', 'status', 'detail', 'code', 'request_id'], properties: { type: { type: 'string' }, title: { type: 'string' }, status: { type: 'integer' }, detail: { type: 'string' }, code: { type: 'string' }, request_id: { type: 'string' }, tool: { type: 'string' } } }
 const problemResponse = { description: 'A problem (RFC 9457)', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } }
