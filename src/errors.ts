@@ -101,7 +101,8 @@ export interface Problem {
   [member: string]: unknown
 }
 
-export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8'
+export const PROBLEM_MEDIA_TYPE = 'application/problem+json'
+export const PROBLEM_CONTENT_TYPE = `${PROBLEM_MEDIA_TYPE}; charset=utf-8`
 
 /** The problem+json body of an error. */
 export function toProblem (error: ToolError, requestId: string, tool?: string): Problem {

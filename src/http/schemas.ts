@@ -1,6 +1,6 @@
 /** Shared route schemas (they also make the OpenAPI document). */
 import { Type } from '@sinclair/typebox'
-import { ERROR_STATUS } from '../errors.ts'
+import { ERROR_STATUS, PROBLEM_MEDIA_TYPE } from '../errors.ts'
 import { MAX_TOOL_NAME_CHARS } from '../execution/tool.ts'
 
 export const ProblemSchema = Type.Object({
@@ -15,9 +15,14 @@ export const ProblemSchema = Type.Object({
 
 export const problemRef = Type.Unsafe({ $ref: 'Problem#' })
 
-/** Problem answers for the given statuses, for a route's `response` schema. */
+/**
+ * Problem answers for the given statuses, for a route's `response` schema:
+ * under their own media type, so that the OpenAPI document says what is sent
+ * (Fastify picks a serializer by the answer's media type).
+ */
 export function problems (...statuses: number[]): Record<number, unknown> {
-  return Object.fromEntries(statuses.map((status) => [status, problemRef]))
+  const problem = { description: 'A problem (RFC 9457)', content: { [PROBLEM_MEDIA_TYPE]: { schema: problemRef } } }
+  return Object.fromEntries(statuses.map((status) => [status, problem]))
 }
 
 /** Any JSON value (a tool's result, a schema). */

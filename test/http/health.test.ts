@@ -83,6 +83,13 @@ describe('operations endpoints', () => {
     for (const p of ['/v1/tools', '/v1/tools/{name}', '/v1/tools/{name}/execute', '/v1/tool-calls', '/v1/workspaces', '/v1/workspaces/{id}', '/v1/workspaces/{id}/archive', '/mcp']) {
       expect(Object.keys(served.paths)).toContain(p)
     }
+    // Each answer is declared as what is sent: problems as problem+json, the download as gzip.
+    const download = served.paths['/v1/workspaces/{id}/archive'].get.responses
+    expect(Object.keys(download['200'].content)).toEqual(['application/gzip'])
+    expect(Object.keys(download['404'].content)).toEqual(['application/problem+json'])
+    const errorTypes = new Set(Object.values(served.paths).flatMap((operations) => Object.values(operations as Record<string, { responses: Record<string, { content?: object }> }>)
+      .flatMap(({ responses }) => Object.entries(responses).filter(([status]) => Number(status) >= 400).flatMap(([, answer]) => Object.keys(answer.content ?? {})))))
+    expect([...errorTypes]).toEqual(['application/problem+json'])
   })
 
   it('answers HEAD on the health checks; a HEAD of any other route is not run as its GET (an archive is not packed)', async () => {

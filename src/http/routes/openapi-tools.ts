@@ -9,7 +9,7 @@ import { Type } from '@sinclair/typebox'
 import { isUtf8 } from 'node:buffer'
 import type { AnyTool, JsonSchema } from '../../execution/tool.ts'
 import { authIsOn } from '../../config.ts'
-import { ToolError } from '../../errors.ts'
+import { PROBLEM_MEDIA_TYPE, ToolError } from '../../errors.ts'
 import type { Runtime } from '../../runtime.ts'
 import { VERSION } from '../../version.ts'
 import { runOneCall } from '../caller.ts'
@@ -34,7 +34,7 @@ const WORKSPACE_QUERY = 'toolport_workspace'
 const requiresArguments = (schema: JsonSchema): boolean => Array.isArray(schema['required']) && schema['required'].length > 0
 
 const PROBLEM_SCHEMA = { type: 'object', required: ['type', 'title', 'status', 'detail', 'code', 'request_id'], properties: { type: { type: 'string' }, title: { type: 'string' }, status: { type: 'integer' }, detail: { type: 'string' }, code: { type: 'string' }, request_id: { type: 'string' }, tool: { type: 'string' } } }
-const problemResponse = { description: 'A problem (RFC 9457)', content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } } }
+const problemResponse = { description: 'A problem (RFC 9457)', content: { [PROBLEM_MEDIA_TYPE]: { schema: { $ref: '#/components/schemas/Problem' } } } }
 
 /** Keywords whose values are data, not schemas: a `$ref` in them is a value like any other. */
 const DATA_KEYWORDS = new Set(['const', 'enum', 'default', 'examples', 'example'])

@@ -95,7 +95,12 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   })
 
   app.get('/v1/workspaces/:id/archive', {
-    schema: { summary: 'Download the workspace as a .tar.gz', tags: ['workspaces'], params: IdParams, produces: ['application/gzip'], response: problems(400, 401, 403, 404, 503) },
+    schema: {
+      summary: 'Download the workspace as a .tar.gz',
+      tags: ['workspaces'],
+      params: IdParams,
+      response: { 200: { description: 'The workspace as a .tar.gz', content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } } }, ...problems(400, 401, 403, 404, 503) },
+    },
   }, async (request, reply) => {
     ensureMayReadFiles(request.principal)
     const record = await store.find(request.principal.tenant, request.params.id)
