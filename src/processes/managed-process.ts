@@ -142,6 +142,11 @@ export class ManagedProcess {
     return this.#state === 'running'
   }
 
+  /** When it ended (0 while it runs). */
+  get endedAtMs (): number {
+    return this.#endedAt?.getTime() ?? 0
+  }
+
   info (): ProcessInfo {
     return {
       id: this.id,

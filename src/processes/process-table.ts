@@ -209,7 +209,7 @@ export class ProcessTable {
 
   /**
    * Keeps a process that ended (unless its workspace went meanwhile), then
-   * forgets, with their records, the oldest ended ones of its workspace
+   * forgets, with their records, the ended ones of its workspace that ended first,
    * beyond keep_ended, and the oldest of all while their outputs take more
    * than the service keeps.
    */
@@ -218,7 +218,8 @@ export class ProcessTable {
     if (table?.get(process.id) !== process) return
     this.#ended.set(process, { dir, place })
     this.#endedBytes += process.output.heldBytes
-    const ended = [...table.values()].filter((each) => !each.running)
+    // The ones that ended first go first (not the ones that started first: a long build that has just ended stays).
+    const ended = [...table.values()].filter((each) => !each.running).sort((a, b) => a.endedAtMs - b.endedAtMs)
     for (const old of ended.slice(0, Math.max(0, ended.length - this.#options.config.keep_ended))) this.#forget(old, dir, place)
     for (const [old, where] of this.#ended) {
       if (this.#endedBytes <= this.#maxEndedBytes) break

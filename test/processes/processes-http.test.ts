@@ -324,6 +324,29 @@ describe('processes over REST', () => {
     expect((await s.call('GET', procs('fill0'))).body['processes']).toEqual([])
   })
 
+  it('keeps the keep_ended that ended last: a long command that ends after quick ones stays, the first quick one goes', async () => {
+    const s = await server()
+    const long = await start(s, 'build', 'cat; echo built', { stdin: true })
+    const quick: string[] = []
+    for (let n = 0; n < 4; n++) {
+      const { id } = await start(s, 'build', `echo quick${n}`)
+      await ended(s, 'build', id as string)
+      quick.push(id as string)
+    }
+    expect((await s.call('POST', `${procs('build')}/${long['id']}/input`, { eof: true })).status).toBe(200)
+    expect((await ended(s, 'build', long['id'] as string)).state).toBe('exited')
+    let listed: string[] = []
+    for (let tries = 0; tries < 100; tries++) {
+      listed = (await s.call('GET', procs('build'))).body['processes'].map((each: Json) => each['id'])
+      if (listed.length === 4) break
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    expect(listed).toEqual([long['id'], ...quick.slice(1)])
+    const kept = await s.call('GET', `${procs('build')}/${long['id']}/output`)
+    expect(kept.body['chunks'].map((c: Json) => c.data).join('')).toBe('built\n')
+    expect((await s.call('GET', `${procs('build')}/${quick[0]}`)).status).toBe(404)
+  })
+
   it('refuses a denylisted command and more than max_per_workspace running (403)', async () => {
     const s = await server({ tools: { builtin: ['*'], exec_shell: { denylist: ['forbid-me'] }, processes: { max_per_workspace: 2 } } })
     expect((await s.call('POST', procs('w'), { command: 'echo FORBID-ME' })).body).toMatchObject({ code: 'PermissionDenied' })
