@@ -4,7 +4,7 @@
  * never lost.
  */
 import { constants } from 'node:fs'
-import { lstat, open } from 'node:fs/promises'
+import { lstat, open, unlink } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.ts'
 import { ToolError } from '../errors.ts'
@@ -78,7 +78,15 @@ async function appendParagraph (file: string, content: string, admit: (bytes: nu
     const added = separator + content
     // A separator means the file was there (nothing was made): refusing here changes nothing.
     if (separator) await admit(Buffer.byteLength(added))
-    await handle.appendFile(added)
+    try {
+      await handle.appendFile(added)
+    } catch (error) {
+      // A disk that filled up part-way: what was appended goes again (a retry would add a second copy of the
+      // part), and a file this call made goes too, so that a failed append changes nothing.
+      await handle.truncate(size).catch(() => {})
+      if (created) await unlink(file).catch(() => {})
+      throw error
+    }
     return { created, bytes: Buffer.byteLength(added) }
   } finally {
     await handle.close()

@@ -84,15 +84,23 @@ async function writeInPlace (workspaceDir: string, absolute: string, userPath: s
   // Short whatever the name: a name of 255 bytes has no room for more.
   const temp = `.toolport-${randomUUID()}.tmp`
   let dir
+  // A write into directories still to be made replaces nothing: its room is asked for before they are made,
+  // so that a refused write leaves no directory behind.
+  let admitted = false
   try {
-    dir = await openContainedDirectory(workspaceDir, relativeDir, userPath, { create: options.createParents })
+    dir = await openContainedDirectory(workspaceDir, relativeDir, userPath).catch(async (error: unknown) => {
+      if (!options.createParents || (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+      await hooks?.before(null)
+      admitted = true
+      return openContainedDirectory(workspaceDir, relativeDir, userPath, { create: true })
+    })
   } catch (error) {
     throw fsError(error, userPath)
   }
   try {
     const existing = await lstat(dir.at(name)).catch(() => null)
     const replaced: Replaced = existing?.isFile() ? { size: existing.size } : null
-    await hooks?.before(replaced)
+    if (!admitted) await hooks?.before(replaced)
     const file = await open(dir.at(temp), 'wx', 0o644)
     try {
       await file.writeFile(content)

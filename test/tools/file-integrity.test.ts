@@ -3,12 +3,14 @@
  * an edit of one file never lose one another, long multi-byte names are
  * writable, bytes that are not UTF-8 are never read as U+FFFD, a path that
  * names a directory never becomes a file, a contained dangling link reads
- * as a missing file, and an append is refused only when it would not fit.
+ * as a missing file, and an append is refused only when it would not fit;
+ * a write refused, by the quota or by a full disk, changes nothing.
  */
-import { mkdir, readdir, readFile, readlink, symlink, writeFile } from 'node:fs/promises'
+import { execFileSync } from 'node:child_process'
+import { mkdir, readdir, readFile, readlink, stat, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { buildTestApp, exec } from '../helper.ts'
+import { buildTestApp, exec, onCleanup, tempDir } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 
 const ALL = { tools: { builtin: ['*'] } }
@@ -134,5 +136,30 @@ describe('memory_write append against the quota', () => {
     // Now a separator is needed, and one byte more does not fit.
     expectProblem(await exec(app, 'memory_write', { content: 'c' }, { workspace: 'q' }), 413, 'PayloadTooLarge', 'memory_write')
     expect(await readFile(path.join(await workspaceDir(app, 'q'), 'memory', 'MEMORY.md'), 'utf8')).toBe(`a\n\n${'b'.repeat(10)}`)
+  })
+})
+
+describe('a write that is refused changes nothing', () => {
+  it('over the quota, a write into directories still to be made makes none of them', async () => {
+    const app = await buildTestApp({ ...ALL, workspaces: { max_bytes: 10_000 } })
+    for (const [tool, args] of [['write_file', { path: 'deep/er/f.txt', content: 'x'.repeat(20_000) }], ['write', { file_path: 'deep/er/f.txt', content: 'x'.repeat(20_000) }], ['memory_write', { content: 'x'.repeat(20_000), mode: 'overwrite' }]] as const) {
+      expectProblem(await exec(app, tool, args, { workspace: 'q' }), 413, 'PayloadTooLarge', tool)
+    }
+    expect(await readdir(await workspaceDir(app, 'q'))).toEqual([])
+    expect((await exec(app, 'write_file', { path: 'deep/er/f.txt', content: 'fits' }, { workspace: 'q' })).status).toBe(200)
+  })
+
+  it('on a disk that fills up part-way, memory_write\'s append leaves the memory as it was (and makes none)', async () => {
+    // A real full filesystem: a small tmpfs for the workspaces root.
+    const volume = await tempDir('toolport-full-')
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=512k', 'tmpfs', volume])
+    onCleanup(async () => { execFileSync('umount', ['-l', volume]) })
+    const app = await buildTestApp({ workspaces: { root: path.join(volume, 'root') } })
+    expect((await exec(app, 'memory_write', { content: '# notes\nkeep this', mode: 'overwrite' }, { workspace: 'm' })).status).toBe(200)
+    const big = 'Y'.repeat(1024 * 1024)
+    expectProblem(await exec(app, 'memory_write', { content: big }, { workspace: 'm' }), 500, 'ExecutionFailed', 'memory_write')
+    expect(await readFile(path.join(await workspaceDir(app, 'm'), 'memory', 'MEMORY.md'), 'utf8')).toBe('# notes\nkeep this')
+    expectProblem(await exec(app, 'memory_write', { content: big }, { workspace: 'new' }), 500, 'ExecutionFailed', 'memory_write')
+    await expect(stat(path.join(await workspaceDir(app, 'new'), 'memory', 'MEMORY.md'))).rejects.toThrow(/ENOENT/)
   })
 })
