@@ -81,36 +81,44 @@ function refusal (entry: ReadEntry | Header, stagingDir: string): string | null 
   return null
 }
 
+/** Moves a staged archive into the workspace at `workspaceDir` (canonical), within its byte quota. */
+export type MoveInto = (workspaceDir: string, quota?: WorkspaceQuota) => Promise<void>
+
 /**
- * Extracts the .tar.gz streamed in `body` into `workspaceDir` (canonical).
- * The workspace's byte quota is asked for the unpacked size, less the files
- * it replaces, before anything moves in; the workspace's usage is then
+ * Extracts the .tar.gz streamed in `body` into a workspace, which
+ * `intoWorkspace` opens only once the whole archive has been read and
+ * staged, and moves it in with the `MoveInto` it is given: so an archive
+ * refused while it is read has touched no workspace (nor made one). The
+ * workspace's byte quota is asked for the unpacked size, less the files it
+ * replaces, before anything moves in; the workspace's usage is then
  * scanned again. `body` is read, never destroyed: after a refusal the
  * caller still answers on its connection.
  */
-export async function extractArchive (body: Readable, workspaceDir: string, stagingDir: string, limits: ArchiveLimits, quota: WorkspaceQuota = UNLIMITED, signal?: AbortSignal): Promise<ExtractReport> {
+export async function extractArchive (body: Readable, stagingDir: string, limits: ArchiveLimits, intoWorkspace: (moveInto: MoveInto) => Promise<void>, signal?: AbortSignal): Promise<ExtractReport> {
   // Named by its start, so that one a crash abandoned is recognised and removed by the sweep.
   const staging = path.join(stagingDir, `${Date.now()}-${randomUUID()}`)
-  const home = identityOf(workspaceDir)
   await mkdir(staging, { recursive: true })
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [], skipped_count: 0 }
   try {
     await unpackInto(body, staging, limits, report, signal)
     const staged = await directorySize(staging)
-    // Checked and moved in alone among the workspace's writes, so two uploads (or an upload and a write) cannot both take the last bytes.
-    await withQuotaLock(workspaceDir, async () => {
+    await intoWorkspace(async (workspaceDir, quota = UNLIMITED) => {
+      const home = identityOf(workspaceDir)
+      // Checked and moved in alone among the workspace's writes, so two uploads (or an upload and a write) cannot both take the last bytes.
+      await withQuotaLock(workspaceDir, async () => {
+        ensureStillThere(workspaceDir, home)
+        await quota.ensureRoom(staged.bytes - await bytesReplacedBy(staging, workspaceDir))
+        try {
+          await moveInto(staging, workspaceDir, '', report)
+        } finally {
+          // Replaced files and skipped entries make the staged count an estimate: a scan brings the figure to the truth.
+          quota.landed(staged.files, staged.bytes)
+          quota.changed()
+        }
+      })
+      // A deletion during the move took what was moved with it.
       ensureStillThere(workspaceDir, home)
-      await quota.ensureRoom(staged.bytes - await bytesReplacedBy(staging, workspaceDir))
-      try {
-        await moveInto(staging, workspaceDir, '', report)
-      } finally {
-        // Replaced files and skipped entries make the staged count an estimate: a scan brings the figure to the truth.
-        quota.landed(staged.files, staged.bytes)
-        quota.changed()
-      }
     })
-    // A deletion during the move took what was moved with it.
-    ensureStillThere(workspaceDir, home)
     return report
   } finally {
     await discard(staging)
@@ -118,13 +126,15 @@ export async function extractArchive (body: Readable, workspaceDir: string, stag
 }
 
 /**
- * NotFound when the workspace an upload began in was deleted meanwhile (and
+ * NotFound when the workspace an upload moves into was deleted meanwhile (and
  * maybe made again), rather than a report of files written into a workspace
  * that is gone. (Deleted during the move itself, what was moved went with it;
  * made again meanwhile, the rest may land in the new one.)
  */
+export const deletedDuringUpload = (): ToolError => new ToolError('NotFound', 'the workspace was deleted during the upload')
+
 function ensureStillThere (workspaceDir: string, home: Identity | undefined): void {
-  if (!sameIdentity(identityOf(workspaceDir), home)) throw new ToolError('NotFound', 'the workspace was deleted during the upload')
+  if (!sameIdentity(identityOf(workspaceDir), home)) throw deletedDuringUpload()
 }
 
 /**

@@ -241,9 +241,13 @@ export class WorkspaceStore {
     return this.#layout.workspaceDir(tenant, id)
   }
 
-  /** Holds a persistent workspace for a call (or, `lasting`, a process), creating it on first use; renews its TTL. */
-  async acquire (tenant: string, id: string, options: { lasting?: boolean } = {}): Promise<WorkspaceLease> {
-    const entry = await this.#lookup.findOrCreate(tenant, id, options.lasting === true)
+  /**
+   * Holds a persistent workspace for a call (or, `lasting`, a process), creating it on first use (not when
+   * `existing`: then one that is gone is NotFound); renews its TTL.
+   */
+  async acquire (tenant: string, id: string, options: { lasting?: boolean, existing?: boolean } = {}): Promise<WorkspaceLease> {
+    const reread = options.lasting === true
+    const entry = options.existing === true ? await this.#lookup.find(tenant, id, reread) : await this.#lookup.findOrCreate(tenant, id, reread)
     const lease = this.#expiry.lease(entry, options.lasting === true)
     usageOf(entry.dir).refreshIfOld()
     return lease

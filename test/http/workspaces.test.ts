@@ -225,6 +225,34 @@ describe('workspaces', () => {
     expectProblem(await request(app, 'GET', '/v1/workspaces/gone'), 404, 'NotFound')
   })
 
+  it('leaves a workspace that others made and wrote into while a refused upload to its id was read', async () => {
+    const app = await buildTestApp({ workspaces: { max_archive_entries: 2 } })
+    const base = await listening(app)
+    // The third entry, in the second half, is one too many: refused only once the rest arrives.
+    const archive = tarOf([{ name: 'a.txt', content: 'a' }, { name: 'big.bin', content: Buffer.alloc(2 * 1024 * 1024, 7) }, { name: 'z.txt', content: 'z' }])
+    const answer = new Promise<{ status: number, body: Record<string, unknown> }>((resolve, reject) => {
+      const upload = http.request(`${base}/v1/workspaces/shared/archive`, { method: 'PUT', headers: { 'content-type': 'application/gzip', 'content-length': archive.length } }, (response) => {
+        let text = ''
+        response.on('data', (chunk: Buffer) => { text += chunk.toString() })
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }))
+      })
+      upload.on('error', reject)
+      upload.write(archive.subarray(0, archive.length >> 1), () => {
+        setTimeout(() => {
+          void exec(app, 'write_file', { path: 'important.txt', content: 'precious' }, { workspace: 'shared' }).then((written) => {
+            expect(written.status).toBe(200)
+            upload.end(archive.subarray(archive.length >> 1))
+          }, reject)
+        }, 200)
+      })
+    })
+    const { status, body } = await answer
+    expect(status).toBe(413)
+    expect(body).toMatchObject({ code: 'PayloadTooLarge' })
+    expect((await request(app, 'GET', '/v1/workspaces/shared')).body.files).toBe(1)
+    expect((await exec(app, 'read_file', { path: 'important.txt' }, { workspace: 'shared' })).body.result).toMatchObject({ content: 'precious' })
+  })
+
   it('refuses an archive over the entry limit, changing nothing', async () => {
     const app = await buildTestApp({ workspaces: { max_archive_entries: 3 } })
     const entries = Array.from({ length: 5 }, (_, i) => ({ name: `f${i}.txt`, content: 'x' }))

@@ -243,7 +243,8 @@ describe('uploads', () => {
     onCleanup(async () => { slow.destroy() })
     slow.write(`PUT /v1/workspaces/slow/archive HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/gzip\r\nContent-Length: ${archive.length}\r\n\r\n`)
     slow.write(archive.subarray(0, archive.length >> 1))
-    await until(() => app.runtime.workspaces.find('default', 'slow').then(() => true, () => false))
+    // Its slot is taken once its archive is being staged.
+    await until(async () => (await readdir(app.runtime.workspaces.stagingDir).catch(() => [])).length > 0)
     const call = await requestAs(app, null, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: 'echo still serving' } })
     expect(call.status).toBe(200)
     const refused = await requestAs(app, null, 'PUT', '/v1/workspaces/busy/archive', archive, { 'content-type': 'application/gzip' })

@@ -7,7 +7,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Readable } from 'node:stream'
 import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
-import { extractArchive } from '../../workspaces/archive-extract.ts'
+import { deletedDuringUpload, extractArchive } from '../../workspaces/archive-extract.ts'
 import { packWorkspace } from '../../workspaces/archive-pack.ts'
 import { acquireAll } from '../../execution/execute.ts'
 import { Limiter } from '../../execution/limiter.ts'
@@ -66,22 +66,25 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       const release = await acquireAll([uploads], signal, runtime.metrics)
       try {
         const { tenant } = request.principal
-        const existed = await store.find(tenant, request.params.id).then(() => true, () => false)
-        const lease = await store.acquire(tenant, request.params.id)
-        try {
-          const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes, maxBodyBytes }
-          const quota = workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes)
-          return { id: request.params.id, ...await extractArchive(body, lease.dir, store.stagingDir, limits, quota, signal) }
-        } catch (error) {
-          // A refused upload leaves nothing behind, not even the workspace it would have created
-          // (but one deleted meanwhile, then maybe made again by another call, is not its to remove).
-          await lease.release()
-          const deleted = error instanceof ToolError && error.code === 'NotFound'
-          if (!existed && !deleted) await store.delete(tenant, request.params.id).catch(() => {})
+        const { id } = request.params
+        const existed = await store.find(tenant, id).then(() => true, (error: unknown) => {
+          if (error instanceof ToolError && error.code === 'NotFound') return false
           throw error
-        } finally {
-          await lease.release()
-        }
+        })
+        const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes, maxBodyBytes }
+        // The workspace is opened (or made) once the archive is read: a refused one has made none, and has nothing to remove.
+        const report = await extractArchive(body, store.stagingDir, limits, async (moveInto) => {
+          // One that was there and has been deleted while its archive was read is not made again by it.
+          const lease = await store.acquire(tenant, id, { existing: existed }).catch((error: unknown) => {
+            throw error instanceof ToolError && error.code === 'NotFound' ? deletedDuringUpload() : error
+          })
+          try {
+            await moveInto(lease.dir, workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes))
+          } finally {
+            await lease.release()
+          }
+        }, signal)
+        return { id, ...report }
       } finally {
         release()
       }
