@@ -12,8 +12,13 @@ export interface ExtractReport {
 /** How many skipped entries an upload's answer lists (a hostile archive may skip thousands). */
 const SKIPPED_LISTED = 100
 
+/** The longest entry path an answer shows whole: an archive's path may be a megabyte, which compresses to nothing. */
+const SHOWN_PATH_CHARS = 512
+
 /** Notes an entry left out of the workspace. */
 export function skip (report: ExtractReport, entryPath: string, reason: string): void {
   report.skipped_count++
-  if (report.skipped.length < SKIPPED_LISTED) report.skipped.push({ path: entryPath, reason })
+  // Cut between the halves of a surrogate pair, the half left is shown as U+FFFD.
+  const shown = entryPath.length <= SHOWN_PATH_CHARS ? entryPath : `${entryPath.slice(0, SHOWN_PATH_CHARS).toWellFormed()}…`
+  if (report.skipped.length < SKIPPED_LISTED) report.skipped.push({ path: shown, reason })
 }

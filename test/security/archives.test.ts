@@ -273,6 +273,82 @@ describe('uploads', () => {
   })
 })
 
+describe('links in uploads', () => {
+  const upload = async (app: Awaited<ReturnType<typeof buildTestApp>>, id: string, archive: Buffer) =>
+    requestAs(app, null, 'PUT', `/v1/workspaces/${id}/archive`, archive, { 'content-type': 'application/gzip' })
+  const dirOf = (app: Awaited<ReturnType<typeof buildTestApp>>, id: string) => app.runtime.workspaces.get('default', id).dir
+
+  it('restores chains of links (a virtualenv\'s python → python3 → python3.11, b → a → x), as tar does, also from the workspace\'s own download', async () => {
+    const app = await buildTestApp()
+    const answer = await upload(app, 'chain', tarOf([
+      { name: 'venv/bin/python', type: 'symlink', linkname: 'python3' },
+      { name: 'venv/bin/python3', type: 'symlink', linkname: 'python3.11' },
+      { name: 'venv/bin/python3.11', content: '#!/bin/sh\n' },
+      { name: 'x', content: 'x' },
+      { name: 'a', type: 'symlink', linkname: 'x' },
+      { name: 'b', type: 'symlink', linkname: 'a' },
+    ]))
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200)
+    expect(answer.body).toMatchObject({ files: 2, symlinks: 4, skipped_count: 0 })
+    const dir = dirOf(app, 'chain')
+    expect(await readlink(path.join(dir, 'venv/bin/python'))).toBe('python3')
+    expect(await readFile(path.join(dir, 'b'), 'utf8')).toBe('x')
+    const download = await app.inject({ method: 'GET', url: '/v1/workspaces/chain/archive' })
+    expect(download.statusCode).toBe(200)
+    const again = await upload(app, 'chain-again', download.rawPayload)
+    expect(again.status, JSON.stringify(again.body)).toBe(200)
+    expect(again.body).toMatchObject({ files: 2, symlinks: 4, skipped_count: 0 })
+    expect(await readlink(path.join(dirOf(app, 'chain-again'), 'b'))).toBe('a')
+  })
+
+  it('keeps the last of entries at one path, as tar does; skips a link under another link of the archive, or at a directory\'s name', async () => {
+    const app = await buildTestApp()
+    const answer = await upload(app, 'order', tarOf([
+      { name: 'file-then-link', content: 'first' },
+      { name: 'file-then-link', type: 'symlink', linkname: 'x' },
+      { name: 'link-then-file', type: 'symlink', linkname: 'x' },
+      { name: 'link-then-file', content: 'last' },
+      { name: 'sub', type: 'dir' },
+      { name: 'd', type: 'symlink', linkname: 'sub' },
+      { name: 'd/under', type: 'symlink', linkname: 'x' },
+      { name: 'sub', type: 'symlink', linkname: 'x' },
+    ]))
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200)
+    expect(answer.body.skipped).toEqual([
+      { path: 'd/under', reason: 'its directory is a symlink or a file of the archive' },
+      { path: 'sub', reason: 'a directory of the archive has its name' },
+    ])
+    const dir = dirOf(app, 'order')
+    expect(await readlink(path.join(dir, 'file-then-link'))).toBe('x')
+    expect(await readFile(path.join(dir, 'link-then-file'), 'utf8')).toBe('last')
+    expect(await readlink(path.join(dir, 'd'))).toBe('sub')
+    expect(await readdir(path.join(dir, 'sub'))).toEqual([])
+  })
+
+  it('skips a link target of 20,000 parts (a 200-byte upload took the heap), refuses one on a file, and answers on', async () => {
+    const app = await buildTestApp()
+    const target = `${'a/'.repeat(20_000)}b`
+    const archive = tarOf([{ name: 'deep-link', type: 'symlink', linkname: target }, { name: 'kept.txt', content: 'kept' }])
+    expect(archive.length).toBeLessThan(1024)
+    const answer = await upload(app, 'targets', archive)
+    expect(answer.status, JSON.stringify(answer.body).slice(0, 400)).toBe(200)
+    expect(answer.body).toMatchObject({ files: 1, symlinks: 0, skipped: [{ path: 'deep-link', reason: 'a symlink target longer than 4096 bytes' }] })
+    expectProblem(await upload(app, 'targets', tarOf([{ name: 'file-with-target', content: 'hi', linkname: target }])), 400, 'BadRequest')
+    expect((await requestAs(app, null, 'GET', '/healthz')).status).toBe(200)
+  })
+
+  it('shows a skipped entry\'s path cut: a hundred paths of a megabyte, which compress to nothing, make no answer of a hundred megabytes', async () => {
+    const app = await buildTestApp()
+    const archive = tarOf(Array.from({ length: 100 }, (_, i) => ({ name: `${'p'.repeat(1_000_000)}${i}`, content: '' })))
+    expect(archive.length).toBeLessThan(1024 * 1024)
+    const answer = await upload(app, 'long-paths', archive)
+    expect(answer.status).toBe(200)
+    expect(answer.body.skipped_count).toBe(100)
+    expect(answer.body.skipped[0]).toEqual({ path: `${'p'.repeat(512)}…`, reason: 'a name longer than 255 bytes, or a path longer than 4096' })
+    expect(JSON.stringify(answer.body).length).toBeLessThan(100 * 1024)
+  })
+})
+
 describe('scopes for changes', () => {
   const TOKENS = [
     { token: 'reader', tenant: 'acme', allowed_tools: ['read_*', 'list_*'] },

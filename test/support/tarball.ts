@@ -37,12 +37,15 @@ export function tarOf (entries: TarEntry[]): Buffer {
   const parts: Buffer[] = []
   const padding = (length: number) => Buffer.alloc((512 - (length % 512)) % 512)
   for (const entry of entries) {
-    // A name longer than the header's 100 bytes goes in a pax record before it, as `path=…`.
-    if (typeof entry.name === 'string' && Buffer.byteLength(entry.name) > 100) {
-      const body = `path=${entry.name}\n`
-      let length = Buffer.byteLength(body) + 2
-      while (String(length).length + 1 + Buffer.byteLength(body) !== length) length = String(length).length + 1 + Buffer.byteLength(body)
-      const record = Buffer.from(`${length} ${body}`)
+    // A name or link target longer than the header's 100 bytes goes in a pax record before it, as `path=…` or `linkpath=…`.
+    const long = [['path', entry.name], ['linkpath', entry.linkname]].filter((pair): pair is [string, string] => typeof pair[1] === 'string' && Buffer.byteLength(pair[1]) > 100)
+    if (long.length > 0) {
+      const record = Buffer.concat(long.map(([key, value]) => {
+        const body = `${key}=${value}\n`
+        let length = Buffer.byteLength(body) + 2
+        while (String(length).length + 1 + Buffer.byteLength(body) !== length) length = String(length).length + 1 + Buffer.byteLength(body)
+        return Buffer.from(`${length} ${body}`)
+      }))
       parts.push(header({ name: 'PaxHeader', type: 'pax' }, record.length), record, padding(record.length))
     }
     const data = Buffer.from(entry.type === undefined || entry.type === 'file' ? entry.content ?? '' : '')
