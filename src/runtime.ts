@@ -59,6 +59,7 @@ export class Runtime implements ExecutionServices {
   /** The runner chosen at start-up (set by `finishStart`; the tools hold a DeferredRunner that waits for it). */
   runner!: ProcessRunner
   readonly #kill = new AbortController()
+  readonly #draining = new AbortController()
   readonly #options: RuntimeOptions
   /** Long-running processes (their tools and routes are on when `tools.builtin` globs match the process tools). */
   readonly processes: ProcessTable
@@ -123,6 +124,11 @@ export class Runtime implements ExecutionServices {
   /** Fires when running calls must stop (the drain timeout of a shutdown ran out). */
   get killSignal (): AbortSignal {
     return this.#kill.signal
+  }
+
+  /** Fires when the drain of a shutdown begins. */
+  get drainSignal (): AbortSignal {
+    return this.#draining.signal
   }
 
   /**
@@ -228,6 +234,7 @@ export class Runtime implements ExecutionServices {
   beginDrain (): void {
     this.readiness = 'draining'
     this.limiter.close()
+    this.#draining.abort()
   }
 
   /**

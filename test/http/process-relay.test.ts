@@ -31,15 +31,20 @@ async function peer (stream: (response: http.ServerResponse) => void): Promise<s
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
 }
 
-/** A service whose one route relays to `owner`; what relay() answered, per request. */
-async function relaying (owner: string): Promise<{ base: string, outcomes: unknown[] }> {
+/** A service whose one route relays to `owner` until `stop` fires; what relay() answered (or threw), per request. */
+async function relaying (owner: string, stop = new AbortController().signal): Promise<{ base: string, outcomes: unknown[] }> {
   const peers = new Peers()
   const outcomes: unknown[] = []
   const app = Fastify()
   // As the service's auth plugin decorates every request.
   app.decorateRequest('principal', { getter: () => ({ tenant: 'default', scope: () => true, allowedTools: ['*'] }) })
   app.get('/events', async (request, reply) => {
-    outcomes.push(await relay(peers, { url: owner, instance: RECORD.instance }, { path: '/output', waitMs: 0, lost: lostInfo({ ...RECORD, owner }) }, request, reply))
+    try {
+      outcomes.push(await relay(peers, { url: owner, instance: RECORD.instance }, { path: '/output', waitMs: 30_000, lost: lostInfo({ ...RECORD, owner }), stop }, request, reply))
+    } catch (error) {
+      outcomes.push(error)
+      throw error
+    }
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
   onCleanup(async () => { await app.close(); await peers.close() })
@@ -84,5 +89,44 @@ describe('relayed event streams', () => {
     left.abort()
     for (let round = 0; round < 50 && outcomes.length === 0; round++) await new Promise((resolve) => setTimeout(resolve, 20))
     expect(outcomes).toEqual([true])
+  })
+
+  it('end without an end event when this instance begins to stop, for the client to follow on elsewhere', async () => {
+    const owner = await peer((response) => {
+      response.write('event: stdout\nid: 5\ndata: "tick\\n"\n\n')
+      const timer = setInterval(() => response.write(': keep-alive\n\n'), 50)
+      response.once('close', () => clearInterval(timer))
+    })
+    const stopping = new AbortController()
+    const { base, outcomes } = await relaying(owner, stopping.signal)
+    const response = await fetch(`${base}/events`, { headers: { accept: 'text/event-stream' }, signal: AbortSignal.timeout(10_000) })
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader()
+    let text = new TextDecoder().decode((await reader.read()).value)
+    stopping.abort()
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) text += new TextDecoder().decode(chunk.value)
+    expect(text).toContain('tick')
+    expect(text).not.toContain('event: end')
+    expect(outcomes).toEqual([true])
+  })
+})
+
+describe('relayed waits', () => {
+  it('answer 503 Overloaded, to be asked again, when this instance begins to stop while the owner still waits', async () => {
+    let asked!: () => void
+    const waiting = new Promise<void>((resolve) => { asked = resolve })
+    const server = http.createServer((request, response) => {
+      if (request.url === '/healthz') response.writeHead(200, { [INSTANCE_HEADER]: RECORD.instance, 'content-type': 'application/json' }).end('{"status":"ok"}')
+      // A long-poll: the owner answers when output comes, and none does here.
+      else asked()
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    onCleanup(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
+    const stopping = new AbortController()
+    const { base, outcomes } = await relaying(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, stopping.signal)
+    const answer = fetch(`${base}/events`, { signal: AbortSignal.timeout(10_000) })
+    await waiting
+    stopping.abort()
+    await answer
+    expect(outcomes).toEqual([expect.objectContaining({ code: 'Overloaded', retryAfterSeconds: 1 })])
   })
 })

@@ -39,9 +39,10 @@ export function endStream (request: FastifyRequest, reply: FastifyReply, info: P
  * that instance sends it), whole events only: when that instance stops
  * answering mid-way, the part of an event it had sent is dropped and the
  * stream ends as a lost process's does, with `lost` as its `end` event:
- * false then. A client that leaves ends it too, as it would any stream.
+ * false then. A client that leaves ends it too, as it would any stream; so
+ * does `stop` (this instance is stopping), without an end.
  */
-export async function relayEvents (request: FastifyRequest, reply: FastifyReply, body: AsyncIterable<Buffer>, lost: ProcessInfo): Promise<boolean> {
+export async function relayEvents (request: FastifyRequest, reply: FastifyReply, body: AsyncIterable<Buffer>, { lost, stop }: { lost: ProcessInfo, stop: AbortSignal }): Promise<boolean> {
   const { raw, gone, send } = openStream(request, reply)
   let partial = Buffer.alloc(0)
   try {
@@ -56,6 +57,11 @@ export async function relayEvents (request: FastifyRequest, reply: FastifyReply,
     return true
   } catch {
     if (gone.aborted) return true
+    // This instance is stopping, not the owner: no end, so that the client follows on at another instance.
+    if (stop.aborted) {
+      raw.end()
+      return true
+    }
     raw.end(endEvent(lost))
     return false
   }

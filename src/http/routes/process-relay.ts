@@ -4,6 +4,7 @@
  * answer passed back as it comes, an event stream included.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { ToolError } from '../../errors.ts'
 import { type Owner, OwnerGone, type Peers, type Unreachable } from '../../processes/peers.ts'
 import type { ProcessInfo } from '../../processes/managed-process.ts'
 import { relayEvents, wantsEvents } from './process-events.ts'
@@ -15,6 +16,12 @@ export interface RelayTarget {
   waitMs: number
   /** The process as a lost one: the end of an event stream the owner stops sending mid-way. */
   lost: ProcessInfo
+  /**
+   * Fires when this instance begins to stop (its drain): what is still relayed then ends, for the caller
+   * to ask again (another instance answers): a wait as 503 Overloaded, an event stream closed without
+   * its end, so that an EventSource comes back with its Last-Event-ID.
+   */
+  stop: AbortSignal
 }
 
 /**
@@ -40,10 +47,11 @@ export async function relay (peers: Peers, owner: Owner, target: RelayTarget, re
       requestId: request.id,
       waitMs: target.waitMs,
       stream: events,
-      signal: left.signal,
+      signal: AbortSignal.any([left.signal, target.stop]),
     })
   } catch (error) {
     if (error instanceof OwnerGone) return error.reason
+    if (target.stop.aborted && !left.signal.aborted) throw new ToolError('Overloaded', 'this instance is shutting down: ask again', { retryAfterSeconds: 1 })
     throw error
   }
   if (answer.status === 404) {
@@ -51,7 +59,7 @@ export async function relay (peers: Peers, owner: Owner, target: RelayTarget, re
     await answer.body.dump()
     return 'unanswered'
   }
-  if (events && answer.status === 200) return await relayEvents(request, reply, answer.body, target.lost) ? true : 'cut'
+  if (events && answer.status === 200) return await relayEvents(request, reply, answer.body, target) ? true : 'cut'
   reply.code(answer.status)
   if (answer.contentType !== undefined) reply.header('content-type', answer.contentType)
   await reply.send(answer.body)

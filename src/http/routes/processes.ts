@@ -99,7 +99,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (located.where === 'here') return await here(located.process)
     if (located.where === 'elsewhere') {
       const path = `/v1/workspaces/${encodeURIComponent(id)}/processes/${encodeURIComponent(pid)}${forward.action}${forward.query ?? ''}`
-      const relayed = await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs, lost: lostInfo(located.record) }, request, reply)
+      const relayed = await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs, lost: lostInfo(located.record), stop: runtime.drainSignal }, request, reply)
       if (relayed === true) {
         locator.ownerAnswered(request.principal.tenant, located.record)
         return undefined
