@@ -21,7 +21,7 @@ import { mcpRoutes } from './http/routes/mcp.ts'
 import { openApiToolRoutes } from './http/routes/openapi-tools.ts'
 import { processRoutes } from './http/routes/processes.ts'
 import { installProblemHandlers, malformedUrlHandler } from './http/plugins/problem.ts'
-import { installTracing } from './http/plugins/tracing.ts'
+import { installTracing, traceRequest } from './http/plugins/tracing.ts'
 import type { Tracing } from './telemetry/tracing.ts'
 import { ToolError } from './errors.ts'
 import { ProblemSchema } from './http/schemas.ts'
@@ -56,6 +56,7 @@ export interface BuildOptions {
 const DEFERRED_START_MAX_WAIT_MS = 100
 
 export async function buildApp (config: Config, options: BuildOptions = {}): Promise<FastifyInstance> {
+  const { tracing } = options
   const app = Fastify({
     loggerInstance: (options.logger ?? pino({ level: 'silent' })) as FastifyBaseLogger,
     bodyLimit: config.server.body_limit_bytes,
@@ -72,7 +73,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       requireHostHeader: false,
     },
     clientErrorHandler: answerClientError,
-    frameworkErrors: malformedUrlHandler(config.limits.max_result_bytes),
+    frameworkErrors: malformedUrlHandler(config.limits.max_result_bytes, tracing && ((request, reply) => { traceRequest(tracing, request, reply) })),
     // Workspace ids may be 256 bytes, percent-encoded up to three times that.
     routerOptions: { maxParamLength: 1024 },
     genReqId: (request) => requestIdOf(request.headers['x-request-id']),
@@ -89,10 +90,10 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     // validateSchema: the route schemas are the service's own constants, not worth a meta-schema check at every start.
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } },
   })
-  const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics, tracing: options.tracing })
+  const runtime = new Runtime(config, app.log as Logger, { hidePaths: options.hidePaths, defaultMetrics: options.defaultMetrics, tracing })
   app.decorate('runtime', runtime)
   // First of the hooks, so that the span covers a request that auth or a limit refuses.
-  if (options.tracing) installTracing(app, options.tracing)
+  if (tracing) installTracing(app, tracing)
   // A callback hook, not an async one: it runs for every request, and a promise per request is not free.
   // One listener for every response: 'close' fires once per response, so no once-wrapper (or closure) per request.
   const answered = (): void => { runtime.activeRequests-- }

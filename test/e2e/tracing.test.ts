@@ -200,6 +200,17 @@ describe('tracing to an OTLP/HTTP collector', () => {
     await stop(server)
   })
 
+  it('http/json: a request whose URL cannot be decoded (answered before any hook runs) has its server span too', async () => {
+    const receiver = await startOtlpReceiver()
+    const server = await startServer(CONFIG, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.base, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '50' })
+    await waitReady(server)
+    const malformed = traceparent()
+    expect((await fetch(`${server.base}/v1/workspaces/%E0%A4%A`, { headers: { traceparent: malformed.header } })).status).toBe(400)
+    const [request] = await spansWhere(receiver.spans, (all) => all.filter((s) => s.traceId === malformed.traceId && s.kind === SpanKindOf.server), 1)
+    expect(request).toMatchObject({ parentSpanId: malformed.parentId, attributes: { 'http.request.method': 'GET', 'url.path': '/v1/workspaces/%E0%A4%A', 'http.response.status_code': 400 } })
+    await stop(server)
+  })
+
   it('http/protobuf by default, to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, flushed at a graceful shutdown', async () => {
     const receiver = await startOtlpReceiver()
     const modules = await moduleRecorder()

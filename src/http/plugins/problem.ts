@@ -87,10 +87,13 @@ function logFailure (request: FastifyRequest, error: FastifyError, problem: Tool
 /**
  * Fastify's `frameworkErrors`: a URL the router cannot decode
  * (`/v1/workspaces/%FF`, a parameter past its length) is a problem like any
- * other, cut to the result limit as every problem is.
+ * other, cut to the result limit as every problem is, and traced (`trace`)
+ * as every request is.
  */
-export function malformedUrlHandler (maxResultBytes: number): NonNullable<FastifyServerOptions['frameworkErrors']> {
+export function malformedUrlHandler (maxResultBytes: number, trace?: (request: FastifyRequest, reply: FastifyReply) => void): NonNullable<FastifyServerOptions['frameworkErrors']> {
   return (error, request, reply) => {
+    // No hook runs for it: its span (when tracing is on) starts here.
+    trace?.(request, reply)
     reply.header('x-request-id', request.id)
     return sendProblem(request, reply, errorWithinLimit(new ToolError('BadRequest', `malformed URL: ${error.message}`), maxResultBytes))
   }

@@ -3,7 +3,7 @@
  * active while the route runs so that each tool call's span is its child.
  * Installed only when tracing is on: without it no hook runs.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { clipText } from '../../execution/truncate.ts'
 import { ATTR_MCP_METHOD_NAME, ATTR_MCP_SESSION_ID, type RequestSpan, type Tracing } from '../../telemetry/tracing.ts'
 
@@ -28,17 +28,26 @@ function isMcp (request: FastifyRequest): boolean {
   return request.routeOptions.url === '/mcp'
 }
 
+/**
+ * Starts the request's server span, ended when its answer is. Also called
+ * for a request Fastify answers before any hook runs (a URL its router
+ * cannot decode: app.ts's `frameworkErrors`).
+ */
+export function traceRequest (tracing: Tracing, request: FastifyRequest, reply: FastifyReply): void {
+  const queryAt = request.url.indexOf('?')
+  const path = queryAt === -1 ? request.url : request.url.slice(0, queryAt)
+  const span = tracing.startRequest(request.method, request.routeOptions.url, path, request.headers)
+  span.setAttribute(ATTR_REQUEST_ID, request.id)
+  request.traceSpan = span
+  // 'close' comes for every response, hijacked ones (/mcp) included, and for a client that left: one that
+  // left before any answer was sent has no status (Node's statusCode would read 200); a stream it left has one.
+  reply.raw.once('close', () => { span.end(reply.raw.headersSent ? reply.raw.statusCode : undefined) })
+}
+
 export function installTracing (app: FastifyInstance, tracing: Tracing): void {
   app.decorateRequest('traceSpan', null)
   app.addHook('onRequest', (request, reply, done) => {
-    const queryAt = request.url.indexOf('?')
-    const path = queryAt === -1 ? request.url : request.url.slice(0, queryAt)
-    const span = tracing.startRequest(request.method, request.routeOptions.url, path, request.headers)
-    span.setAttribute(ATTR_REQUEST_ID, request.id)
-    request.traceSpan = span
-    // 'close' comes for every response, hijacked ones (/mcp) included, and for a client that left: one that
-    // left before any answer was sent has no status (Node's statusCode would read 200); a stream it left has one.
-    reply.raw.once('close', () => { span.end(reply.raw.headersSent ? reply.raw.statusCode : undefined) })
+    traceRequest(tracing, request, reply)
     done()
   })
   // The body is parsed by now; from here on, what the route runs (and awaits) sees the request span as active.
