@@ -20,10 +20,10 @@ import { directorySize } from './directory-size.ts'
 import { isInside } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import { removeTree } from './remove-tree.ts'
-import { StagedLinks } from './archive-links.ts'
-import { bytesReplacedBy, moveInto } from './archive-move.ts'
+import { PATH_MAX, StagedLinks } from './archive-links.ts'
+import { bytesReplacedBy, moveInto as moveStaged } from './archive-move.ts'
 import { type ExtractReport, skip } from './archive-report.ts'
-import { UNLIMITED, type WorkspaceQuota } from './quotas.ts'
+import type { WorkspaceQuota } from './quotas.ts'
 import { type Identity, identityOf, sameIdentity } from './usage-directory.ts'
 
 export interface ArchiveLimits {
@@ -61,7 +61,7 @@ function parentPathBytesOf (name: string): number {
 
 /** What a Linux filesystem takes: a longer name or path could not be made, and its error would quote it whole. */
 const MAX_NAME_BYTES = 255
-const MAX_PATH_BYTES = 4096
+const MAX_PATH_BYTES = PATH_MAX
 
 /** Why an entry is refused, or null when it may be extracted. */
 function refusal (entry: ReadEntry | Header, stagingDir: string): string | null {
@@ -76,56 +76,66 @@ function refusal (entry: ReadEntry | Header, stagingDir: string): string | null 
   if (entry.type !== 'Directory' && path.posix.normalize(name.replaceAll('\\', '/')).replace(/\/$/, '') === '.') return 'names the workspace itself'
   if (entry.type === 'SymbolicLink') {
     const target = entry.linkpath ?? ''
-    // A Linux filesystem takes no longer one (and one of 20,000 parts in a 200-byte upload took the heap).
-    if (Buffer.byteLength(target) > MAX_PATH_BYTES) return `a symlink target longer than ${MAX_PATH_BYTES} bytes`
+    // What a Linux filesystem takes (PATH_MAX counts the terminating NUL).
+    if (Buffer.byteLength(target) >= MAX_PATH_BYTES) return `a symlink target of ${MAX_PATH_BYTES} bytes or more`
     if (path.isAbsolute(target)) return 'symlink to an absolute path'
     if (!isInside(stagingDir, path.resolve(stagingDir, path.dirname(name), target))) return 'symlink leaving the workspace'
   }
   return null
 }
 
-/** Moves a staged archive into the workspace at `workspaceDir` (canonical), within its byte quota. */
-export type MoveInto = (workspaceDir: string, quota?: WorkspaceQuota) => Promise<void>
+/** The workspace at a directory as it was seen, for a move into it later to tell whether it was deleted (and maybe made again) meanwhile. */
+export type WorkspaceSeen = Identity | undefined
+export const workspaceSeen = (workspaceDir: string): WorkspaceSeen => identityOf(workspaceDir)
+
+/** An upload read whole into its staging directory, to move into a workspace or discard (always, once done). */
+export interface StagedArchive {
+  readonly report: ExtractReport
+  /**
+   * Moves it into the workspace at `workspaceDir` (canonical): its byte quota
+   * is asked for the unpacked size, less the files it replaces, before
+   * anything moves in, and its usage is then scanned again. NotFound when
+   * the workspace is no longer the one `seen` saw.
+   */
+  moveInto: (workspaceDir: string, quota: WorkspaceQuota, seen: WorkspaceSeen) => Promise<void>
+  discard: () => Promise<void>
+}
 
 /**
- * Extracts the .tar.gz streamed in `body` into a workspace, which
- * `intoWorkspace` opens only once the whole archive has been read and
- * staged, and moves it in with the `MoveInto` it is given: so an archive
- * refused while it is read has touched no workspace (nor made one). The
- * workspace's byte quota is asked for the unpacked size, less the files it
- * replaces, before anything moves in; the workspace's usage is then
- * scanned again. `body` is read, never destroyed: after a refusal the
- * caller still answers on its connection.
+ * Reads the .tar.gz streamed in `body` into a staging directory, touching no
+ * workspace: so a caller that makes its workspace only once this is done has
+ * made none for an archive that is refused. `body` is read, never destroyed:
+ * after a refusal the caller still answers on its connection.
  */
-export async function extractArchive (body: Readable, stagingDir: string, limits: ArchiveLimits, intoWorkspace: (moveInto: MoveInto) => Promise<void>, signal?: AbortSignal): Promise<ExtractReport> {
+export async function stageArchive (body: Readable, stagingDir: string, limits: ArchiveLimits, signal?: AbortSignal): Promise<StagedArchive> {
   // Named by its start, so that one a crash abandoned is recognised and removed by the sweep.
   const staging = path.join(stagingDir, `${Date.now()}-${randomUUID()}`)
   await mkdir(staging, { recursive: true })
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [], skipped_count: 0 }
   try {
     await unpackInto(body, staging, limits, report, signal)
-    const staged = await directorySize(staging)
-    await intoWorkspace(async (workspaceDir, quota = UNLIMITED) => {
-      const home = identityOf(workspaceDir)
-      // Checked and moved in alone among the workspace's writes, so two uploads (or an upload and a write) cannot both take the last bytes.
-      await withQuotaLock(workspaceDir, async () => {
-        ensureStillThere(workspaceDir, home)
-        await quota.ensureRoom(staged.bytes - await bytesReplacedBy(staging, workspaceDir))
-        try {
-          await moveInto(staging, workspaceDir, '', report)
-        } finally {
-          // Replaced files and skipped entries make the staged count an estimate: a scan brings the figure to the truth.
-          quota.landed(staged.files, staged.bytes)
-          quota.changed()
-        }
-      })
-      // A deletion during the move took what was moved with it.
-      ensureStillThere(workspaceDir, home)
-    })
-    return report
-  } finally {
+  } catch (error) {
     await discard(staging)
+    throw error
   }
+  const moveInto = async (workspaceDir: string, quota: WorkspaceQuota, seen: WorkspaceSeen): Promise<void> => {
+    const staged = await directorySize(staging)
+    // Checked and moved in alone among the workspace's writes, so two uploads (or an upload and a write) cannot both take the last bytes.
+    await withQuotaLock(workspaceDir, async () => {
+      ensureStillThere(workspaceDir, seen)
+      await quota.ensureRoom(staged.bytes - await bytesReplacedBy(staging, workspaceDir))
+      try {
+        await moveStaged(staging, workspaceDir, '', report)
+      } finally {
+        // Replaced files and skipped entries make the staged count an estimate: a scan brings the figure to the truth.
+        quota.landed(staged.files, staged.bytes)
+        quota.changed()
+      }
+    })
+    // A deletion during the move took what was moved with it.
+    ensureStillThere(workspaceDir, seen)
+  }
+  return { report, moveInto, discard: () => discard(staging) }
 }
 
 /**
@@ -134,10 +144,8 @@ export async function extractArchive (body: Readable, stagingDir: string, limits
  * that is gone. (Deleted during the move itself, what was moved went with it;
  * made again meanwhile, the rest may land in the new one.)
  */
-export const deletedDuringUpload = (): ToolError => new ToolError('NotFound', 'the workspace was deleted during the upload')
-
-function ensureStillThere (workspaceDir: string, home: Identity | undefined): void {
-  if (!sameIdentity(identityOf(workspaceDir), home)) throw deletedDuringUpload()
+function ensureStillThere (workspaceDir: string, seen: WorkspaceSeen): void {
+  if (!sameIdentity(identityOf(workspaceDir), seen)) throw new ToolError('NotFound', 'the workspace was deleted during the upload')
 }
 
 /**
@@ -198,10 +206,13 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
         return false
       }
       // Links are made once the rest is extracted (archive-links.ts), not by node-tar.
-      const isLink = entry.type === 'SymbolicLink'
-      links.note(entryPath, isLink ? entry.linkpath ?? '' : undefined)
-      if (isLink) deferred.add(entry)
-      return !isLink
+      if (entry.type !== 'SymbolicLink') {
+        links.noteOther(entryPath)
+        return true
+      }
+      links.noteLink(entryPath, entry.linkpath ?? '')
+      deferred.add(entry)
+      return false
     },
   })
   // Its errors reach us through the pipeline; one from a write still under way after a failure must not go uncaught.

@@ -14,24 +14,35 @@ import { ToolError } from '../errors.ts'
 import { openContainedDirectory } from '../workspace-fs/open.ts'
 import { type ExtractReport, skip } from './archive-report.ts'
 
+/** Linux's longest path, its terminating NUL counted. */
+export const PATH_MAX = 4096
+const TOO_LONG = 'a name or a target longer than the filesystem takes'
+
 export class StagedLinks {
   /** Each link's path in the archive and its target, in the archive's order. */
   readonly #links = new Map<string, string>()
 
-  /**
-   * An entry node-tar takes, at `entryPath`: a link to `target`, made later;
-   * or (no target) anything else, which takes the place of a link the
-   * archive had at that path before it, as it would in tar.
-   */
-  note (entryPath: string, target?: string): void {
-    const at = path.posix.normalize(entryPath).replace(/\/+$/, '')
+  /** A link at `entryPath` to `target`, made later. */
+  noteLink (entryPath: string, target: string): void {
+    const at = normalised(entryPath)
     this.#links.delete(at)
-    if (target !== undefined) this.#links.set(at, target)
+    this.#links.set(at, target)
+  }
+
+  /** Any other entry node-tar takes: it takes the place of a link the archive had at its path before it, as in tar. */
+  noteOther (entryPath: string): void {
+    this.#links.delete(normalised(entryPath))
   }
 
   /** Makes the links in `staging`, each replacing what the archive put at its path before it, but a directory. */
   async makeIn (staging: string, report: ExtractReport): Promise<void> {
     for (const [at, target] of this.#links) {
+      // The rest of the upload is reached by its staged path (as node-tar reached each entry): one longer than
+      // Linux takes could not be moved in.
+      if (Buffer.byteLength(path.join(staging, at)) >= PATH_MAX) {
+        skip(report, at, TOO_LONG)
+        continue
+      }
       const { dir: relativeDir, base } = path.posix.parse(at)
       const dir = await openContainedDirectory(staging, relativeDir, at, { create: true }).catch((error: unknown) => {
         if (error instanceof ToolError || (error as NodeJS.ErrnoException).code === 'ENOTDIR') return undefined
@@ -49,9 +60,15 @@ export class StagedLinks {
         }
         if (existing) await rm(dir.at(base))
         await symlink(target, dir.at(base))
+      } catch (error) {
+        // What the filesystem refuses of one link (a name it cannot hold) is that link's, not the upload's.
+        if ((error as NodeJS.ErrnoException).code !== 'ENAMETOOLONG') throw error
+        skip(report, at, TOO_LONG)
       } finally {
         await dir.close()
       }
     }
   }
 }
+
+const normalised = (entryPath: string): string => path.posix.normalize(entryPath).replace(/\/+$/, '')

@@ -18,6 +18,23 @@ const request = async (app: App, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url:
   return { status: response.statusCode, body, headers: response.headers, raw: response.rawPayload }
 }
 
+/** PUTs `archive` to the workspace `id` in two halves, running `between` after the first: its answer. */
+async function uploadInHalves (app: App, id: string, archive: Buffer, between: () => Promise<void>): Promise<{ status: number, body: Record<string, unknown> }> {
+  const address = app.server.address()
+  const base = address !== null && typeof address === 'object' ? `http://127.0.0.1:${address.port}` : await listening(app)
+  return new Promise((resolve, reject) => {
+    const upload = http.request(`${base}/v1/workspaces/${id}/archive`, { method: 'PUT', headers: { 'content-type': 'application/gzip', 'content-length': archive.length } }, (response) => {
+      let text = ''
+      response.on('data', (chunk: Buffer) => { text += chunk.toString() })
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }))
+    })
+    upload.on('error', reject)
+    upload.write(archive.subarray(0, archive.length >> 1), () => {
+      setTimeout(() => { between().then(() => upload.end(archive.subarray(archive.length >> 1)), reject) }, 200)
+    })
+  })
+}
+
 describe('workspaces', () => {
   it('creates (201), describes, conflicts (409) and deletes (204, then 404)', async () => {
     const app = await buildTestApp({ workspaces: { ttl_seconds: 3600 } })
@@ -197,56 +214,43 @@ describe('workspaces', () => {
     expectProblem(await request(app, 'GET', '/v1/workspaces/bomb'), 404, 'NotFound')
   })
 
-  it('answers an upload whose workspace was deleted meanwhile as NotFound, never as files written into it', async () => {
+  it('answers an upload whose workspace was deleted meanwhile, or deleted and made again, as NotFound, never as files written into it', async () => {
     const app = await buildTestApp()
-    const base = await listening(app)
-    expect((await request(app, 'POST', '/v1/workspaces', { id: 'gone' })).status).toBe(201)
     const archive = tarOf([{ name: 'a.txt', content: 'a' }, { name: 'big.bin', content: Buffer.alloc(2 * 1024 * 1024, 7) }, { name: 'z.txt', content: 'z' }])
-    const answer = new Promise<{ status: number, body: Record<string, unknown> }>((resolve, reject) => {
-      const upload = http.request(`${base}/v1/workspaces/gone/archive`, { method: 'PUT', headers: { 'content-type': 'application/gzip', 'content-length': archive.length } }, (response) => {
-        let text = ''
-        response.on('data', (chunk: Buffer) => { text += chunk.toString() })
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }))
+    for (const madeAgain of [false, true]) {
+      expect((await request(app, 'POST', '/v1/workspaces', { id: 'gone' })).status).toBe(201)
+      const { status, body } = await uploadInHalves(app, 'gone', archive, async () => {
+        expect((await request(app, 'DELETE', '/v1/workspaces/gone')).status).toBe(204)
+        if (madeAgain) expect((await request(app, 'POST', '/v1/workspaces', { id: 'gone' })).status).toBe(201)
       })
-      upload.on('error', reject)
-      // Half the archive, then the deletion, then the rest.
-      upload.write(archive.subarray(0, archive.length >> 1), () => {
-        setTimeout(() => {
-          void request(app, 'DELETE', '/v1/workspaces/gone').then((deleted) => {
-            expect(deleted.status).toBe(204)
-            upload.end(archive.subarray(archive.length >> 1))
-          }, reject)
-        }, 200)
-      })
-    })
-    const { status, body } = await answer
-    expect(status).toBe(404)
-    expect(body).toMatchObject({ code: 'NotFound', detail: 'the workspace was deleted during the upload' })
-    expectProblem(await request(app, 'GET', '/v1/workspaces/gone'), 404, 'NotFound')
+      expect(status).toBe(404)
+      expect(body).toMatchObject({ code: 'NotFound', detail: 'the workspace was deleted during the upload' })
+      if (madeAgain) {
+        expect((await request(app, 'GET', '/v1/workspaces/gone')).body.files).toBe(0)
+        expect((await request(app, 'DELETE', '/v1/workspaces/gone')).status).toBe(204)
+      } else {
+        expectProblem(await request(app, 'GET', '/v1/workspaces/gone'), 404, 'NotFound')
+      }
+    }
+  })
+
+  it('holds the workspace while its archive is read: one whose TTL runs out meanwhile keeps its files and takes the archive', async () => {
+    const app = await buildTestApp({ workspaces: { sweep_interval_seconds: 1 } })
+    expect((await request(app, 'POST', '/v1/workspaces', { id: 'brief', ttl_seconds: 1 })).status).toBe(201)
+    expect((await exec(app, 'write_file', { path: 'keep.txt', content: 'keep' }, { workspace: 'brief' })).status).toBe(200)
+    const archive = tarOf([{ name: 'a.txt', content: 'a' }, { name: 'big.bin', content: Buffer.alloc(2 * 1024 * 1024, 7) }])
+    const { status, body } = await uploadInHalves(app, 'brief', archive, async () => { await new Promise((resolve) => setTimeout(resolve, 2500)) })
+    expect(status, JSON.stringify(body)).toBe(200)
+    expect((await exec(app, 'read_file', { path: 'keep.txt' }, { workspace: 'brief' })).body.result).toMatchObject({ content: 'keep' })
   })
 
   it('leaves a workspace that others made and wrote into while a refused upload to its id was read', async () => {
     const app = await buildTestApp({ workspaces: { max_archive_entries: 2 } })
-    const base = await listening(app)
     // The third entry, in the second half, is one too many: refused only once the rest arrives.
     const archive = tarOf([{ name: 'a.txt', content: 'a' }, { name: 'big.bin', content: Buffer.alloc(2 * 1024 * 1024, 7) }, { name: 'z.txt', content: 'z' }])
-    const answer = new Promise<{ status: number, body: Record<string, unknown> }>((resolve, reject) => {
-      const upload = http.request(`${base}/v1/workspaces/shared/archive`, { method: 'PUT', headers: { 'content-type': 'application/gzip', 'content-length': archive.length } }, (response) => {
-        let text = ''
-        response.on('data', (chunk: Buffer) => { text += chunk.toString() })
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }))
-      })
-      upload.on('error', reject)
-      upload.write(archive.subarray(0, archive.length >> 1), () => {
-        setTimeout(() => {
-          void exec(app, 'write_file', { path: 'important.txt', content: 'precious' }, { workspace: 'shared' }).then((written) => {
-            expect(written.status).toBe(200)
-            upload.end(archive.subarray(archive.length >> 1))
-          }, reject)
-        }, 200)
-      })
+    const { status, body } = await uploadInHalves(app, 'shared', archive, async () => {
+      expect((await exec(app, 'write_file', { path: 'important.txt', content: 'precious' }, { workspace: 'shared' })).status).toBe(200)
     })
-    const { status, body } = await answer
     expect(status).toBe(413)
     expect(body).toMatchObject({ code: 'PayloadTooLarge' })
     expect((await request(app, 'GET', '/v1/workspaces/shared')).body.files).toBe(1)

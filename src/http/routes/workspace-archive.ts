@@ -7,7 +7,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Readable } from 'node:stream'
 import { Type } from '@sinclair/typebox'
 import type { Logger } from 'pino'
-import { deletedDuringUpload, extractArchive } from '../../workspaces/archive-extract.ts'
+import { stageArchive, workspaceSeen } from '../../workspaces/archive-extract.ts'
 import { packWorkspace } from '../../workspaces/archive-pack.ts'
 import { acquireAll } from '../../execution/execute.ts'
 import { Limiter } from '../../execution/limiter.ts'
@@ -44,7 +44,7 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   const downloads = archiveLimiter('archive downloads')
   /** How long a download may go without its client taking any of it before it is cut. */
   const stalledAfterMs = runtime.config.server.request_timeout_ms
-  // The body is read as the extraction goes, never buffered (extractArchive counts and bounds it).
+  // The body is read as the extraction goes, never buffered (stageArchive counts and bounds it).
   app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, (_request, payload, done) => { done(null, payload) })
 
   app.put('/v1/workspaces/:id/archive', {
@@ -67,24 +67,30 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       try {
         const { tenant } = request.principal
         const { id } = request.params
-        const existed = await store.find(tenant, id).then(() => true, (error: unknown) => {
-          if (error instanceof ToolError && error.code === 'NotFound') return false
+        // One that exists is held while its archive is read (its TTL renewed, no sweep takes it), as it was seen then.
+        const held = await store.acquire(tenant, id, { existing: true }).catch((error: unknown) => {
+          if (error instanceof ToolError && error.code === 'NotFound') return undefined
           throw error
         })
-        const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes, maxBodyBytes }
-        // The workspace is opened (or made) once the archive is read: a refused one has made none, and has nothing to remove.
-        const report = await extractArchive(body, store.stagingDir, limits, async (moveInto) => {
-          // One that was there and has been deleted while its archive was read is not made again by it.
-          const lease = await store.acquire(tenant, id, { existing: existed }).catch((error: unknown) => {
-            throw error instanceof ToolError && error.code === 'NotFound' ? deletedDuringUpload() : error
-          })
+        try {
+          const seen = held === undefined ? undefined : workspaceSeen(held.dir)
+          const limits = { maxEntries: runtime.config.workspaces.max_archive_entries, maxBytes: runtime.config.workspaces.max_archive_bytes, maxBodyBytes }
+          const staged = await stageArchive(body, store.stagingDir, limits, signal)
           try {
-            await moveInto(lease.dir, workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes))
+            // A new one is made only now: an archive refused while it was read has made none, and removes none.
+            const lease = held ?? await store.acquire(tenant, id)
+            try {
+              await staged.moveInto(lease.dir, workspaceQuota(lease.dir, runtime.quotaOf(tenant).maxWorkspaceBytes), held === undefined ? workspaceSeen(lease.dir) : seen)
+            } finally {
+              if (lease !== held) await lease.release()
+            }
+            return { id, ...staged.report }
           } finally {
-            await lease.release()
+            await staged.discard()
           }
-        }, signal)
-        return { id, ...report }
+        } finally {
+          await held?.release()
+        }
       } finally {
         release()
       }
