@@ -9,6 +9,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import { describe, expect, it } from 'vitest'
+import { installProblemHandlers } from '../../src/http/plugins/problem.ts'
 import { relay } from '../../src/http/routes/process-relay.ts'
 import { lostInfo } from '../../src/processes/process-locator.ts'
 import { INSTANCE_HEADER, Peers } from '../../src/processes/peers.ts'
@@ -36,14 +37,19 @@ async function relaying (owner: string, stop = new AbortController().signal): Pr
   const peers = new Peers()
   const outcomes: unknown[] = []
   const app = Fastify()
+  installProblemHandlers(app, 65_536)
   // As the service's auth plugin decorates every request.
   app.decorateRequest('principal', { getter: () => ({ tenant: 'default', scope: () => true, allowedTools: ['*'] }) })
-  app.get('/events', async (request, reply) => {
-    try {
-      outcomes.push(await relay(peers, { url: owner, instance: RECORD.instance }, { path: '/output', waitMs: 30_000, lost: lostInfo({ ...RECORD, owner }), stop }, request, reply))
-    } catch (error) {
-      outcomes.push(error)
-      throw error
+  app.route({
+    method: ['GET', 'POST'],
+    url: '/events',
+    handler: async (request, reply) => {
+      try {
+        outcomes.push(await relay(peers, { url: owner, instance: RECORD.instance }, { path: '/output', waitMs: 30_000, lost: lostInfo({ ...RECORD, owner }), stop }, request, reply))
+      } catch (error) {
+        outcomes.push(error)
+        throw error
+      }
     }
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -111,22 +117,36 @@ describe('relayed event streams', () => {
 })
 
 describe('relayed waits', () => {
-  it('answer 503 Overloaded, to be asked again, when this instance begins to stop while the owner still waits', async () => {
+  it('answer 503 Overloaded with Retry-After, to be asked again, when this instance begins to stop while the owner still waits; a POST (input, a kill) is let finish', async () => {
     let asked!: () => void
-    const waiting = new Promise<void>((resolve) => { asked = resolve })
+    let waiting = new Promise<void>((resolve) => { asked = resolve })
+    const held: http.ServerResponse[] = []
     const server = http.createServer((request, response) => {
       if (request.url === '/healthz') response.writeHead(200, { [INSTANCE_HEADER]: RECORD.instance, 'content-type': 'application/json' }).end('{"status":"ok"}')
-      // A long-poll: the owner answers when output comes, and none does here.
-      else asked()
+      else {
+        // A long-poll (or an input being written): answered when the test says.
+        held.push(response)
+        asked()
+      }
     })
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
     onCleanup(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
     const stopping = new AbortController()
     const { base, outcomes } = await relaying(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, stopping.signal)
-    const answer = fetch(`${base}/events`, { signal: AbortSignal.timeout(10_000) })
+    const wait = fetch(`${base}/events`, { signal: AbortSignal.timeout(10_000) })
+    await waiting
+    waiting = new Promise<void>((resolve) => { asked = resolve })
+    const input = fetch(`${base}/events`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"data":"x"}', signal: AbortSignal.timeout(10_000) })
     await waiting
     stopping.abort()
-    await answer
-    expect(outcomes).toEqual([expect.objectContaining({ code: 'Overloaded', retryAfterSeconds: 1 })])
+    const refused = await wait
+    expect(refused.status).toBe(503)
+    expect(refused.headers.get('retry-after')).toBe('1')
+    expect(await refused.json()).toMatchObject({ code: 'Overloaded' })
+    // The input the owner has taken is answered as the owner answers it.
+    held[1]?.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"p_0123456789ab"}')
+    const written = await input
+    expect([written.status, await written.json()]).toEqual([200, { id: 'p_0123456789ab' }])
+    expect(outcomes).toEqual([expect.objectContaining({ code: 'Overloaded' }), true])
   })
 })

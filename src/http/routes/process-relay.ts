@@ -17,9 +17,10 @@ export interface RelayTarget {
   /** The process as a lost one: the end of an event stream the owner stops sending mid-way. */
   lost: ProcessInfo
   /**
-   * Fires when this instance begins to stop (its drain): what is still relayed then ends, for the caller
+   * Fires when this instance begins to stop (its drain): a GET still relayed then ends, for the caller
    * to ask again (another instance answers): a wait as 503 Overloaded, an event stream closed without
-   * its end, so that an EventSource comes back with its Last-Event-ID.
+   * its end, so that an EventSource comes back with its Last-Event-ID. A GET changes nothing at the
+   * owner; a POST (input, a kill) it may have acted on is let finish, never to be sent twice.
    */
   stop: AbortSignal
 }
@@ -35,6 +36,7 @@ export async function relay (peers: Peers, owner: Owner, target: RelayTarget, re
   reply.raw.once('close', () => { if (!reply.raw.writableFinished) left.abort() })
   const lastEventId = request.headers['last-event-id']
   const events = wantsEvents(request)
+  const stop = request.method === 'GET' ? target.stop : undefined
   let answer
   try {
     answer = await peers.send(owner, {
@@ -47,11 +49,11 @@ export async function relay (peers: Peers, owner: Owner, target: RelayTarget, re
       requestId: request.id,
       waitMs: target.waitMs,
       stream: events,
-      signal: AbortSignal.any([left.signal, target.stop]),
+      signal: stop === undefined ? left.signal : AbortSignal.any([left.signal, stop]),
     })
   } catch (error) {
     if (error instanceof OwnerGone) return error.reason
-    if (target.stop.aborted && !left.signal.aborted) throw new ToolError('Overloaded', 'this instance is shutting down: ask again', { retryAfterSeconds: 1 })
+    if (stop?.aborted === true && !left.signal.aborted) throw new ToolError('Overloaded', 'this instance is shutting down: ask again', { retryAfterSeconds: 1 })
     throw error
   }
   if (answer.status === 404) {

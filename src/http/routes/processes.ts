@@ -132,7 +132,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   })
 
   app.get('/v1/workspaces/:id/processes/:pid', {
-    schema: { summary: 'One process', tags, params: ProcessParams, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
+    schema: { summary: 'One process', tags, params: ProcessParams, response: { 200: ProcessObject, ...problems(400, 401, 403, 404, 503) } },
   }, (request, reply) => onProcess(request, reply, 'process_output', { action: '', waitMs: 0 }, (found) => found.info(), (info) => info))
 
   app.get('/v1/workspaces/:id/processes/:pid/output', {
@@ -141,7 +141,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       tags,
       params: ProcessParams,
       querystring: OutputQuery,
-      response: { 200: Output, ...problems(400, 401, 403, 404) },
+      response: { 200: Output, ...problems(400, 401, 403, 404, 503) },
     },
   }, async (request, reply) => {
     const { after = 0, wait_ms: waitMs = 0, max_bytes: askedBytes = runtime.maxResultBytes } = numbers(request.query)
