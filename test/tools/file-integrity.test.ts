@@ -149,7 +149,7 @@ describe('a write that is refused changes nothing', () => {
     expect((await exec(app, 'write_file', { path: 'deep/er/f.txt', content: 'fits' }, { workspace: 'q' })).status).toBe(200)
   })
 
-  it('on a disk that fills up part-way, memory_write\'s append leaves the memory as it was (and makes none)', async () => {
+  it('on a disk that fills up part-way, memory_write\'s append leaves the memory as it was, and makes no memory file where there was none', async () => {
     // A real full filesystem: a small tmpfs for the workspaces root.
     const volume = await tempDir('toolport-full-')
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=512k', 'tmpfs', volume])
