@@ -125,7 +125,7 @@ export async function stageArchive (body: Readable, stagingDir: string, limits: 
       ensureStillThere(workspaceDir, seen)
       await quota.ensureRoom(staged.bytes - await bytesReplacedBy(staging, workspaceDir))
       try {
-        await moveStaged(staging, workspaceDir, '', report)
+        await moveStaged(staging, workspaceDir, report)
       } finally {
         // Replaced files and skipped entries make the staged count an estimate: a scan brings the figure to the truth.
         quota.landed(staged.files, staged.bytes)
@@ -293,6 +293,8 @@ const isCompressed = (head: Buffer): boolean => head.subarray(0, 2).equals(GZIP_
 
 /** A reading failure as the client's problem, without the server's paths. */
 function unreadable (error: NodeJS.ErrnoException, staging: string): ToolError {
+  // The archive may be fine: the volume is full.
+  if (error.code === 'ENOSPC' || error.code === 'EDQUOT') return new ToolError('ExecutionFailed', 'no space left for the upload', { cause: error })
   if (error.code?.startsWith('Z_')) return new ToolError('BadRequest', `the body is not a gzip-compressed tar archive (${error.message})`)
   const message = (error.message.split('\n')[0] ?? '').replaceAll(`${staging}/`, '').replaceAll(staging, '.')
   return new ToolError('BadRequest', `the archive cannot be read: ${message.replace(/(^|[\s'"(])\/[^\s'"]*/g, '$1…')}`)

@@ -17,9 +17,29 @@ import { removeTree } from './remove-tree.ts'
 /**
  * Moves the staged tree into the workspace, entry by entry, each through
  * path containment and then through a descriptor-held directory, so neither
- * a link already in the workspace nor one swapped in meanwhile can redirect it.
+ * a link already in the workspace nor one swapped in meanwhile can redirect
+ * it. Once all are in, each link placed is checked again: one placed later
+ * can change where an earlier one leads (`c → z/e/../..` before `z → .`).
  */
-export async function moveInto (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport): Promise<void> {
+export async function moveInto (fromDir: string, workspaceDir: string, report: ExtractReport): Promise<void> {
+  const placedLinks: Array<{ at: string, rel: string }> = []
+  await moveTree(fromDir, workspaceDir, '', report, placedLinks)
+  for (const { at, rel } of placedLinks) {
+    const target = await readlink(at).catch(() => null)
+    if (target === null || await linkStaysInside(at, target, workspaceDir)) continue
+    const { relativeDir, name } = splitInWorkspace(workspaceDir, at)
+    const dir = await openContainedDirectory(workspaceDir, relativeDir, rel)
+    try {
+      await rm(dir.at(name), { force: true })
+    } finally {
+      await dir.close()
+    }
+    report.symlinks--
+    skip(report, rel, 'symlink leaving the workspace through a link placed after it')
+  }
+}
+
+async function moveTree (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport, placedLinks: Array<{ at: string, rel: string }>): Promise<void> {
   for (const name of await readdir(path.join(fromDir, relative))) {
     const rel = relative === '' ? name : `${relative}/${name}`
     const source = path.join(fromDir, rel)
@@ -43,7 +63,8 @@ export async function moveInto (fromDir: string, workspaceDir: string, relative:
       continue
     }
     await place(source, info, workspaceDir, target, rel, report)
-    if (info.isDirectory()) await moveInto(fromDir, workspaceDir, rel, report)
+    if (info.isSymbolicLink()) placedLinks.push({ at: target, rel })
+    if (info.isDirectory()) await moveTree(fromDir, workspaceDir, rel, report, placedLinks)
   }
 }
 
@@ -117,21 +138,36 @@ async function linkLandsInside (link: string, target: string, root: string): Pro
   return !path.isAbsolute(target) && isInside(root, path.resolve(path.dirname(link), target)) && await linkStaysInside(link, target, root)
 }
 
+/** How many links one resolution follows, as Linux does (ELOOP past it). */
+const MAX_LINKS_FOLLOWED = 40
+
 /**
- * Whether a staged link leads into the staged tree, followed as the kernel
- * would (`u/..` goes up from where the link `u` points, not from `u`'s
- * directory): the deepest existing part of its target must resolve inside.
+ * Whether a link at `link` with `target` leads into `root`, followed as the
+ * kernel would (`u/..` goes up from where the link `u` points, not from `u`'s
+ * directory): component by component, one lstat each, so its cost grows
+ * with the target's length, not with its square; the part that does not
+ * exist is taken by its words.
  */
-async function linkStaysInside (link: string, target: string, stagingDir: string): Promise<boolean> {
-  let candidate = `${path.dirname(link)}/${target}`
-  while (candidate.length >= stagingDir.length) {
-    try {
-      return isInside(stagingDir, await realpath(candidate))
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') return false
+async function linkStaysInside (link: string, target: string, root: string): Promise<boolean> {
+  if (path.isAbsolute(target)) return false
+  let here = path.dirname(link)
+  const rest = target.split('/').reverse()
+  let followed = 0
+  for (let name = rest.pop(); name !== undefined; name = rest.pop()) {
+    if (name === '' || name === '.') continue
+    const next = name === '..' ? path.dirname(here) : path.join(here, name)
+    if (!isInside(root, next)) return false
+    const info = await lstat(next).catch(() => null)
+    if (info === null) return isInside(root, path.resolve(next, ...rest.reverse()))
+    if (info.isSymbolicLink()) {
+      const inner = await readlink(next)
+      if (path.isAbsolute(inner) || ++followed > MAX_LINKS_FOLLOWED) return false
+      rest.push(...inner.split('/').reverse())
+      continue
     }
-    candidate = candidate.slice(0, candidate.lastIndexOf('/'))
+    // Through a file nothing is reached (ENOTDIR): where its words lead is as far as it goes.
+    if (!info.isDirectory() && rest.length > 0) return isInside(root, path.resolve(next, ...rest.reverse()))
+    here = next
   }
-  return false
+  return isInside(root, here)
 }

@@ -8,9 +8,9 @@
  * may upload or delete, and an upload waits for (or is refused by) the
  * service's limiter like any call.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process'
 import { createReadStream, existsSync } from 'node:fs'
-import { lstat, mkdir, readdir, readFile, readlink, writeFile } from 'node:fs/promises'
+import { lstat, mkdir, readdir, readFile, readlink, symlink, writeFile } from 'node:fs/promises'
 import http from 'node:http'
 import net from 'node:net'
 import path from 'node:path'
@@ -351,6 +351,27 @@ describe('links in uploads', () => {
     expect(await readdir(dirOf(app, 'targets'))).toEqual(['kept.txt'])
     expectProblem(await upload(app, 'targets', tarOf([{ name: 'file-with-target', content: 'hi', linkname: parts }])), 400, 'BadRequest')
     expect((await requestAs(app, null, 'GET', '/healthz')).status).toBe(200)
+  })
+
+  it('checks every link again once all are in: one placed later (`z → .`) can lead an earlier one (`c → z/e/hostname`) out through a link already there', async () => {
+    const app = await buildTestApp()
+    expect((await requestAs(app, null, 'POST', '/v1/workspaces', { id: 'late' })).status).toBe(201)
+    // As a command could have made it.
+    await symlink('/etc', path.join(dirOf(app, 'late'), 'e'))
+    const answer = await upload(app, 'late', tarOf([{ name: 'c', type: 'symlink', linkname: 'z/e/hostname' }, { name: 'z', type: 'symlink', linkname: '.' }]))
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200)
+    expect(answer.body).toMatchObject({ symlinks: 1, skipped: [{ path: 'c', reason: 'symlink leaving the workspace through a link placed after it' }] })
+    expect((await readdir(dirOf(app, 'late'))).sort()).toEqual(['e', 'z'])
+  })
+
+  it('answers an upload that finds the volume full as the service\'s failure (500), not the archive\'s (400)', async () => {
+    const volume = await tempDir('toolport-full-')
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', volume])
+    onCleanup(async () => { execFileSync('umount', ['-l', volume]) })
+    const app = await buildTestApp({ workspaces: { root: path.join(volume, 'root') } })
+    const answer = await upload(app, 'full', tarOf([{ name: 'big.bin', content: Buffer.alloc(1024 * 1024, 1) }]))
+    expectProblem(answer, 500, 'ExecutionFailed')
+    expect(answer.body.detail).toBe('no space left for the upload')
   })
 
   it('shows a skipped entry\'s path cut: a hundred paths of a megabyte, which compress to nothing, make no answer of a hundred megabytes', async () => {
