@@ -59,9 +59,8 @@ function parentPathBytesOf (name: string): number {
   return total
 }
 
-/** What a Linux filesystem takes: a longer name or path could not be made, and its error would quote it whole. */
+/** What a Linux filesystem takes (with PATH_MAX): a longer name or path could not be made, and its error would quote it whole. */
 const MAX_NAME_BYTES = 255
-const MAX_PATH_BYTES = PATH_MAX
 
 /** Why an entry is refused, or null when it may be extracted. */
 function refusal (entry: ReadEntry | Header, stagingDir: string): string | null {
@@ -71,13 +70,13 @@ function refusal (entry: ReadEntry | Header, stagingDir: string): string | null 
   const parts = name.split(/[\\/]/)
   if (parts.includes('..')) return 'path contains ".."'
   if (parts.filter((part) => part !== '' && part !== '.').length > MAX_ENTRY_DEPTH) return `deeper than ${MAX_ENTRY_DEPTH} levels`
-  if (Buffer.byteLength(name) > MAX_PATH_BYTES || parts.some((part) => Buffer.byteLength(part) > MAX_NAME_BYTES)) return `a name longer than ${MAX_NAME_BYTES} bytes, or a path longer than ${MAX_PATH_BYTES}`
+  if (Buffer.byteLength(name) > PATH_MAX || parts.some((part) => Buffer.byteLength(part) > MAX_NAME_BYTES)) return `a name longer than ${MAX_NAME_BYTES} bytes, or a path longer than ${PATH_MAX}`
   // node-tar would drop it silently: a file cannot replace the workspace's own directory.
   if (entry.type !== 'Directory' && path.posix.normalize(name.replaceAll('\\', '/')).replace(/\/$/, '') === '.') return 'names the workspace itself'
   if (entry.type === 'SymbolicLink') {
     const target = entry.linkpath ?? ''
-    // What a Linux filesystem takes (PATH_MAX counts the terminating NUL).
-    if (Buffer.byteLength(target) >= MAX_PATH_BYTES) return `a symlink target of ${MAX_PATH_BYTES} bytes or more`
+    // PATH_MAX counts the terminating NUL.
+    if (Buffer.byteLength(target) >= PATH_MAX) return `a symlink target of ${PATH_MAX} bytes or more`
     if (path.isAbsolute(target)) return 'symlink to an absolute path'
     if (!isInside(stagingDir, path.resolve(stagingDir, path.dirname(name), target))) return 'symlink leaving the workspace'
   }
