@@ -47,9 +47,13 @@ COPY --from=deps /app/node_modules ./node_modules
 # With its compile cache (dist/bundle/compile-cache), owned by root and read-only.
 COPY --from=build /app/dist/bundle ./dist/bundle
 COPY package.json ./
+# HOME is /tmp: the root filesystem is read-only in the compose file and the Deployment, and a stdio MCP
+# server that npx installs writes its cache under HOME (the only variables the MCP SDK passes it are HOME,
+# PATH, USER, LOGNAME, SHELL and TERM).
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
-    PORT=8080
+    PORT=8080 \
+    HOME=/tmp
 USER 10001:10001
 VOLUME ["/var/lib/toolport/workspaces"]
 EXPOSE 8080

@@ -89,6 +89,17 @@ export class ToolError extends Error {
   }
 }
 
+/**
+ * A failure after which what was asked may have been done (a request
+ * another instance may have acted on): 500, never turned into a 503 that
+ * invites the same request again.
+ */
+export class OutcomeUnknown extends ToolError {
+  constructor (message: string, options: { cause?: unknown } = {}) {
+    super('ExecutionFailed', message, options)
+  }
+}
+
 /** RFC 9457 problem details, with the contract's members. */
 export interface Problem {
   type: string

@@ -144,8 +144,8 @@ export class Runtime implements ExecutionServices {
     // A workspace that goes takes its processes with it.
     if (builtins.some((tool) => tool.name === 'process_start')) {
       this.workspaces.onRemoval((dir) => this.processes.endWorkspace(dir))
-      this.runAtProcessHome = ({ tool, args, maxResultBytes }, caller, workspaceId) => this.processLocator.runAtHome(tool, args, {
-        tenant: caller.tenant, workspace: workspaceId, dir: '', credentials: caller.credentials, forwarded: caller.forwarded === true, requestId: caller.requestId, signal: caller.signal, maxResultBytes,
+      this.runAtProcessHome = ({ tool, args, maxResultBytes, signal }, caller, workspaceId) => this.processLocator.runAtHome(tool, args, {
+        tenant: caller.tenant, workspace: workspaceId, dir: '', credentials: caller.credentials, forwarded: caller.forwarded === true, requestId: caller.requestId, signal, maxResultBytes,
       })
     }
     // After the processes (registered first), so that the network goes once nothing runs in it.

@@ -18,8 +18,6 @@ export function defineBuiltin<S extends TObject, O extends TSchema> (definition:
   limiter?: Limiter
   /** The tool runs processes in the workspace (see Tool.changesTreeFreely). */
   changesTreeFreely?: boolean
-  /** The tool runs commands in the workspace's network (see Tool.runsCommands). */
-  runsCommands?: boolean
   execute: (args: Static<S>, ctx: ToolContext) => Promise<Static<O>>
 }): Tool<Static<S>> {
   return { ...definition, source: 'builtin' }

@@ -5,7 +5,7 @@
  * completion log line happen here, once.
  */
 import type { Logger } from 'pino'
-import { abortReason, asToolError, isFailure, ToolError } from '../errors.ts'
+import { abortReason, asToolError, isFailure, OutcomeUnknown, ToolError } from '../errors.ts'
 import type { NameMatcher } from './globs.ts'
 import type { Limiter, Release } from './limiter.ts'
 import type { Metrics } from './metrics.ts'
@@ -57,8 +57,9 @@ export interface ExecutionServices {
    * Runs a call that runs commands in a persistent workspace at the instance
    * whose processes run in that workspace, where its network is (processes
    * on); undefined when none but this one does, and the call runs here.
+   * `signal` is the call's own: its caller's, and the end of a shutdown's drain.
    */
-  runAtProcessHome?: (call: { tool: string, args: Record<string, unknown>, maxResultBytes: number }, caller: Caller, workspaceId: string) => Promise<{ result: unknown, truncated: boolean } | undefined>
+  runAtProcessHome?: (call: { tool: string, args: Record<string, unknown>, maxResultBytes: number, signal: AbortSignal }, caller: Caller, workspaceId: string) => Promise<{ result: unknown, truncated: boolean } | undefined>
 }
 
 /** Who is calling, and from where. */
@@ -110,11 +111,11 @@ function effectiveLimit (configured: number, requested: number | undefined): num
   return Math.max(MIN_RESULT_BYTES, Math.min(configured, Math.floor(requested)))
 }
 
-/** Slots of every limiter, in order; a refusal releases what was taken and counts in the rejections metric. */
-export async function acquireAll (limiters: Limiter[], signal: AbortSignal, metrics: Metrics): Promise<Release> {
+/** Slots of every limiter for `tenant`, in order; a refusal releases what was taken and counts in the rejections metric. */
+export async function acquireAll (limiters: Limiter[], signal: AbortSignal, metrics: Metrics, tenant: string): Promise<Release> {
   const releases: Release[] = []
   try {
-    for (const limiter of limiters) releases.push(await limiter.acquire(signal))
+    for (const limiter of limiters) releases.push(await limiter.acquire(signal, tenant))
   } catch (error) {
     for (const release of releases.reverse()) release()
     if (error instanceof ToolError && (error.code === 'Overloaded' || error.code === 'ExecutionFailed')) {
@@ -159,7 +160,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   // Named from the start, so that a call refused before its workspace is leased is reported with it too.
   let workspaceId: string | null = workspace.named
   let outcome: Outcome
-  let disposeSignal: (() => void) | undefined
+  let link: { signal: AbortSignal, dispose: () => void } | undefined
   const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
   try {
     const found = services.registry.get(call.name)
@@ -170,18 +171,17 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
     const args = parseArguments(call.arguments)
     validateArguments(tool, args, caller.log)
     workspace.validate()
-    const link = linkSignals(caller.signal, services.killSignal)
-    disposeSignal = link.dispose
+    link = linkSignals(caller.signal, services.killSignal)
     const signal = link.signal
     const limiters = tool.limiter ? [services.limiter, tool.limiter] : [services.limiter]
-    const release = await acquireAll(limiters, signal, services.metrics)
+    const release = await acquireAll(limiters, signal, services.metrics, caller.tenant)
     try {
       const lease = await workspace.lease()
       workspaceId = lease.id
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
         // In a workspace whose processes run on another instance, commands run there too: that is where its network is.
-        const atHome = lease.id !== null && runsCommands(tool) ? await traced(async () => await services.runAtProcessHome?.({ tool: tool.name, args, maxResultBytes }, caller, lease.id as string)) : undefined
+        const atHome = lease.id !== null && runsCommands(tool) ? await traced(async () => await services.runAtProcessHome?.({ tool: tool.name, args, maxResultBytes, signal }, caller, lease.id as string)) : undefined
         if (atHome) {
           outcome = { ok: true, tool: toolName, result: atHome.result, truncated: atHome.truncated, durationMs: 0, workspace: workspaceId }
         } else {
@@ -205,7 +205,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
             // An ephemeral workspace goes with its scope: a scan would count what is about to be removed.
             endChange?.({ rescan: lease.id !== null })
           })
-          const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes)
+          // A tool that cut its own result gave only its start: its size is not the whole's.
+          const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes, { partial: cutByTool })
           outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
         }
       } finally {
@@ -216,13 +217,17 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
     }
   } catch (thrown) {
     const error = asToolError(thrown)
-    if (isFailure(thrown)) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
+    // A cut call that throws the cut itself (a forwarded request's AbortError) is answered as cut, not logged as a failure.
+    const cut = link?.signal.aborted === true && thrown === link.signal.reason
+    if (isFailure(thrown) && !cut) caller.log.error({ err: thrown, tool: toolName }, 'tool call failed')
     outcome = { ok: false, tool: toolName, error: errorWithinLimit(stoppedBy(error, services.killSignal, caller.signal), maxResultBytes), durationMs: 0, workspace: workspaceId }
   } finally {
-    disposeSignal?.()
+    link?.dispose()
   }
   outcome.durationMs = Math.round((performance.now() - started) * 1000) / 1000
-  recordOutcome(services, caller.requestId, outcome, metricName, workspaceId)
+  // A caller that left (a client gone, an MCP cancel) is no failure of the tool or the service: no alert should count it as one.
+  const left = !outcome.ok && caller.signal.aborted && abortReason(caller.signal) === undefined && !services.killSignal.aborted
+  recordOutcome(services, caller.requestId, outcome, metricName, workspaceId, left)
   span?.end(outcome)
   return outcome
 }
@@ -234,14 +239,14 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
  * (a token revoked meanwhile) answers that error.
  */
 function stoppedBy (error: ToolError, killSignal: AbortSignal, callerSignal: AbortSignal): ToolError {
-  if (error.code !== 'ExecutionFailed') return error
+  if (error.code !== 'ExecutionFailed' || error instanceof OutcomeUnknown) return error
   if (killSignal.aborted) return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
   const reason = abortReason(callerSignal)
   return reason ? new ToolError(reason.code, reason.message, { cause: error }) : error
 }
 
-function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null): void {
-  const code = outcome.ok ? 'ok' : outcome.error.code
+function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null, left: boolean): void {
+  const code = outcome.ok ? 'ok' : left ? 'cancelled' : outcome.error.code
   const labels = { tool: metricName, code }
   metrics.calls.inc(labels)
   metrics.duration.observe(labels, outcome.durationMs / 1000)

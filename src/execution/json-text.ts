@@ -82,3 +82,55 @@ export function parseJsonText (text: string): unknown {
   if (refusal === 'number') throw new JsonTextError('holds a number too large for a 64-bit float (such as 1e400)', true)
   return value
 }
+
+/**
+ * JSON text parsed only when every number in it is kept exactly (a 64-bit id
+ * such as 1234567890123456789, a decimal of more digits than a double holds,
+ * 1e400): undefined otherwise, and for text that is not JSON. A tool's output
+ * whose numbers would change is better passed on as the text it is.
+ */
+export function parseExactly (text: string): { value: unknown } | undefined {
+  let exact = true
+  try {
+    // A double keeps every number of 15 digits or fewer without an exponent: text without a longer run of
+    // digits or an exponent is parsed plainly (a reviver that sees each value's source is many times slower).
+    if (!mayBeInexact(text)) return { value: JSON.parse(text) as unknown }
+    const value: unknown = JSON.parse(text, function (this: unknown, _key: string, parsed: unknown, context?: { source?: string }) {
+      if (typeof parsed === 'number' && context?.source !== undefined && context.source !== String(parsed) && decimalOf(context.source) !== decimalOf(String(parsed))) exact = false
+      return parsed
+    } as Parameters<typeof JSON.parse>[1])
+    return exact ? { value } : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Whether `text` has a run of 16 digits and points (16 digits, or 15 and a point) or a digit before an
+ * exponent. A loop: a regular expression for the run backtracks at every character (five times JSON.parse).
+ */
+function mayBeInexact (text: string): boolean {
+  let run = 0
+  for (let index = 0; index < text.length; index++) {
+    const code = text.charCodeAt(index)
+    if ((code >= 0x30 && code <= 0x39) || code === 0x2e) {
+      if (++run >= 16) return true
+    } else {
+      if (run > 0 && (code === 0x65 || code === 0x45)) return true
+      run = 0
+    }
+  }
+  return false
+}
+
+/** A number's decimal value in one spelling (`-0.123e4` for -1230, 1230.0 and -1.23e3), to tell whether two texts name the same. */
+function decimalOf (text: string): string {
+  const parts = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(text)
+  if (parts === null) return text
+  const [, sign = '', whole = '', fraction = '', exponent = '0'] = parts
+  const all = whole + fraction
+  const leading = all.length - all.replace(/^0+/, '').length
+  const digits = all.replace(/^0+/, '').replace(/0+$/, '')
+  if (digits === '') return '0'
+  return `${sign}0.${digits}e${whole.length + Number(exponent) - leading}`
+}

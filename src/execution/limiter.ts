@@ -1,7 +1,13 @@
 /**
- * A concurrency limiter: at most `maxConcurrent` holders, a bounded FIFO queue
- * of waiters, and a maximum queue wait. Beyond those, `acquire` rejects with a
+ * A concurrency limiter: at most `maxConcurrent` holders, a bounded queue of
+ * waiters, and a maximum queue wait. Beyond those, `acquire` rejects with a
  * ToolError (Overloaded by default; spawn's own limit uses ExecutionFailed).
+ *
+ * Fair between owners (tenants): a slot given back goes to the waiter whose
+ * owner holds the fewest slots (the longest waiting of them first), and a full
+ * queue makes room for a newcomer by refusing the newest waiter of the owner
+ * with the most queued, when that owner has more queued than the newcomer's.
+ * One owner alone (or none) is served first come, first served.
  */
 import { abortReason, type ErrorCode, ToolError } from '../errors.ts'
 
@@ -17,6 +23,7 @@ export interface LimiterOptions {
 export type Release = () => void
 
 interface Waiter {
+  owner: string | undefined
   /** When its queue wait runs out (performance.now() milliseconds). */
   deadline: number
   grant: (release: Release) => void
@@ -26,7 +33,10 @@ interface Waiter {
 export class Limiter {
   readonly options: Required<LimiterOptions>
   #running = 0
+  /** Arrival order: the head waited longest (its deadline is the nearest). */
   readonly #queue: Waiter[] = []
+  /** Slots held, by owner. */
+  readonly #held = new Map<string, number>()
   #closed = false
   /** One timer for the whole queue, due at its head's deadline (see #expire). */
   #timer: NodeJS.Timeout | undefined
@@ -43,17 +53,36 @@ export class Limiter {
     return this.#queue.length
   }
 
-  /** Waits for a slot; resolves to the function that gives it back (call it once). */
-  acquire (signal?: AbortSignal): Promise<Release> {
+  /** Waits for a slot for `owner`; resolves to the function that gives it back (call it once). */
+  acquire (signal?: AbortSignal, owner?: string): Promise<Release> {
     if (this.#closed) return Promise.reject(this.#rejection('the service is shutting down'))
     if (this.#running < this.options.maxConcurrent) {
       this.#running++
-      return Promise.resolve(this.#releaser())
+      return Promise.resolve(this.#releaser(owner))
     }
     if (this.#queue.length >= this.options.maxQueue) {
-      return Promise.reject(this.#rejection(this.#fullMessage()))
+      const crowding = this.#crowding(owner)
+      if (crowding === undefined) return Promise.reject(this.#rejection(this.#fullMessage()))
+      crowding.fail(this.#rejection(this.#fullMessage()))
     }
-    return this.#wait(signal)
+    return this.#wait(signal, owner)
+  }
+
+  /** The newest waiter of the owner with the most queued, when that owner has more than one more queued than `owner`. */
+  #crowding (owner: string | undefined): Waiter | undefined {
+    const queued = new Map<string | undefined, number>()
+    for (const waiter of this.#queue) queued.set(waiter.owner, (queued.get(waiter.owner) ?? 0) + 1)
+    let most: string | undefined
+    let mostQueued = 0
+    for (const [each, count] of queued) {
+      if (count > mostQueued) {
+        most = each
+        mostQueued = count
+      }
+    }
+    // Refused, that owner still has as many queued as the newcomer's will.
+    if (mostQueued <= (queued.get(owner) ?? 0) + 1) return undefined
+    return this.#queue.findLast((waiter) => waiter.owner === most)
   }
 
   /** Refuses every queued and future request (shutdown); holders finish normally. */
@@ -62,7 +91,7 @@ export class Limiter {
     for (const waiter of this.#queue.splice(0)) waiter.fail(this.#rejection('the service is shutting down'))
   }
 
-  #wait (signal?: AbortSignal): Promise<Release> {
+  #wait (signal: AbortSignal | undefined, owner: string | undefined): Promise<Release> {
     return new Promise<Release>((resolve, reject) => {
       const cleanup = (): void => {
         signal?.removeEventListener('abort', onAbort)
@@ -71,6 +100,7 @@ export class Limiter {
         if (this.#queue.length === 0) this.#disarm()
       }
       const waiter: Waiter = {
+        owner,
         deadline: performance.now() + this.options.queueTimeoutMs,
         grant: (release) => { cleanup(); resolve(release) },
         fail: (error) => { cleanup(); reject(error) },
@@ -109,16 +139,38 @@ export class Limiter {
     this.#arm()
   }
 
-  #releaser (): Release {
+  #releaser (owner: string | undefined): Release {
+    if (owner !== undefined) this.#held.set(owner, (this.#held.get(owner) ?? 0) + 1)
     let released = false
     return () => {
       if (released) return
       released = true
-      const next = this.#queue.shift()
+      // Chosen while the slot still counts as its owner's: another owner's waiter holding as few goes first.
+      const next = this.#next()
+      if (owner !== undefined) {
+        const held = (this.#held.get(owner) ?? 1) - 1
+        if (held === 0) this.#held.delete(owner)
+        else this.#held.set(owner, held)
+      }
       // The slot passes straight to the next waiter: #running stays the same.
-      if (next) next.grant(this.#releaser())
+      if (next) next.grant(this.#releaser(next.owner))
       else this.#running--
     }
+  }
+
+  /** The waiter whose owner holds the fewest slots, the longest waiting of them. */
+  #next (): Waiter | undefined {
+    let chosen: Waiter | undefined
+    let fewest = Infinity
+    for (const waiter of this.#queue) {
+      const held = waiter.owner === undefined ? 0 : this.#held.get(waiter.owner) ?? 0
+      if (held < fewest) {
+        chosen = waiter
+        fewest = held
+        if (held === 0) break
+      }
+    }
+    return chosen
   }
 
   #fullMessage (): string {

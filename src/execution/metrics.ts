@@ -63,7 +63,7 @@ async function load (sources: MetricsSources, defaultMetrics: boolean): Promise<
     registry,
     inFlight: new Gauge({ name: 'toolport_calls_in_flight', help: 'Tool calls holding a limiter slot', registers, collect () { this.set(sources.inFlight()) } }),
     queueDepth: new Gauge({ name: 'toolport_limiter_queue_depth', help: 'Tool calls waiting for a limiter slot', registers, collect () { this.set(sources.queued()) } }),
-    calls: new Counter({ name: 'toolport_tool_calls_total', help: 'Tool calls by tool and outcome code (ok or an error code)', labelNames: ['tool', 'code'], registers }),
+    calls: new Counter({ name: 'toolport_tool_calls_total', help: 'Tool calls by tool and outcome code (ok, an error code, or cancelled: its caller left before the answer)', labelNames: ['tool', 'code'], registers }),
     duration: new Histogram({
       name: 'toolport_tool_call_duration_seconds',
       help: 'Tool call duration in seconds, by tool and outcome code',

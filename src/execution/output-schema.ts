@@ -6,10 +6,10 @@
 import { Type } from '@sinclair/typebox'
 import type { AnyTool, JsonSchema } from './tool.ts'
 
-/** An object result cut to the limit: the start of its JSON, and how long the whole was (truncate.ts). */
+/** An object result cut to the limit: the start of its JSON, and how long the whole was where that is known (truncate.ts). */
 export const TruncatedJson = Type.Object({
   _truncated_json: Type.String({ description: 'The start of the result\'s JSON text' }),
-  _original_bytes: Type.Integer({ minimum: 0, description: 'Bytes of the result\'s JSON before the cut (a tool that reads only what the limit can carry, as read_file does, made it no longer than that)' }),
+  _original_bytes: Type.Optional(Type.Integer({ minimum: 0, description: 'Bytes of the result\'s JSON before the cut; absent when the tool itself gave only the start of its result (read_file of a file larger than the limit reads only what the limit can carry)' })),
 }, { additionalProperties: false, description: 'A result larger than the result limit, cut' })
 
 const published = new WeakMap<JsonSchema, JsonSchema>()

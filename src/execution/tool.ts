@@ -96,8 +96,6 @@ export interface Tool<Args = Record<string, unknown>> {
    * processes say so; executables and MCP tools always may.
    */
   changesTreeFreely?: boolean
-  /** Runs commands in the workspace's sandbox and network without changing the tree itself (process_start: the process table accounts for it). */
-  runsCommands?: boolean
   execute: (args: Args, ctx: ToolContext) => Promise<unknown>
 }
 
@@ -114,10 +112,11 @@ export function changesTreeFreely (tool: AnyTool): boolean {
 /**
  * Whether a call of `tool` runs commands in the workspace's sandbox, and so
  * in its network: the built-ins that run processes, and executables (an MCP
- * tool runs in its own server).
+ * tool runs in its own server). process_start, whose process joins that
+ * network too, finds where it runs itself, under the workspace's home lock.
  */
 export function runsCommands (tool: AnyTool): boolean {
-  return tool.source === 'executable' || (tool.source === 'builtin' && (tool.changesTreeFreely === true || tool.runsCommands === true))
+  return tool.source === 'executable' || (tool.source === 'builtin' && tool.changesTreeFreely === true)
 }
 
 /** A tool with its argument type erased, as the registry holds it. */

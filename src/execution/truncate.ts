@@ -49,16 +49,22 @@ function jsonBytesAtMost (value: unknown, limit: number, depth = 0): number {
   return total
 }
 
-/** Truncates `value` so that its JSON fits in `maxBytes`. */
-export function truncateResult (value: unknown, maxBytes: number): Truncated {
+/**
+ * Truncates `value` so that its JSON fits in `maxBytes`. `partial`: the tool
+ * gave only the start of its result (it read a bounded part of a file), so
+ * this one's size is not the whole's: a string's suffix and an object's
+ * envelope then leave it out.
+ */
+export function truncateResult (value: unknown, maxBytes: number, options: { partial?: boolean } = {}): Truncated {
   // Most results are far below the limit: a bound proves it without serialising them twice.
   if (jsonBytesAtMost(value, maxBytes) <= maxBytes) return { value, truncated: false }
   const serialized = JSON.stringify(value) ?? 'null'
   const size = Buffer.byteLength(serialized)
   if (size <= maxBytes) return { value, truncated: false }
-  if (typeof value === 'string') return { value: truncateString(value, maxBytes), truncated: true }
+  const total = options.partial === true ? undefined : size
+  if (typeof value === 'string') return { value: truncateString(value, maxBytes, total === undefined ? null : Buffer.byteLength(value)), truncated: true }
   if (Array.isArray(value)) return { value: truncateArray(value, maxBytes), truncated: true }
-  return { value: wrapJson(serialized, size, maxBytes), truncated: true }
+  return { value: wrapJson(serialized, total, maxBytes), truncated: true }
 }
 
 /** Cuts a string before `length` code units without splitting a surrogate pair. */
@@ -151,11 +157,13 @@ export function errorWithinLimit (error: ToolError, maxBytes: number): ToolError
 /**
  * A string cut to fit `maxBytes` as JSON, with a suffix naming its total
  * bytes: `total` when the text is itself the start of something longer
- * (a command's output, of which only so much was kept).
+ * (a command's output, of which only so much was kept); none when that is
+ * not known (null).
  */
-export function truncateString (text: string, maxBytes: number, total = Buffer.byteLength(text)): string {
-  const suffix = (kept: string): string =>
-    `\n... (output truncated: ${total} total bytes, showing first ${Buffer.byteLength(kept)})`
+export function truncateString (text: string, maxBytes: number, total: number | null = Buffer.byteLength(text)): string {
+  const suffix = (kept: string): string => total === null
+    ? `\n... (output truncated, showing first ${Buffer.byteLength(kept)} bytes)`
+    : `\n... (output truncated: ${total} total bytes, showing first ${Buffer.byteLength(kept)})`
   const kept = longestFittingPrefix(text, maxBytes, (prefix) => jsonBytes(prefix + suffix(prefix)) <= maxBytes)
   const result = kept + suffix(kept)
   return jsonBytes(result) <= maxBytes ? result : ''
@@ -181,8 +189,8 @@ function truncateArray (items: unknown[], maxBytes: number): unknown[] {
   return kept
 }
 
-function wrapJson (serialized: string, totalBytes: number, maxBytes: number): Record<string, unknown> {
-  const envelope = (prefix: string): Record<string, unknown> => ({ _truncated_json: prefix, _original_bytes: totalBytes })
+function wrapJson (serialized: string, totalBytes: number | undefined, maxBytes: number): Record<string, unknown> {
+  const envelope = (prefix: string): Record<string, unknown> => totalBytes === undefined ? { _truncated_json: prefix } : { _truncated_json: prefix, _original_bytes: totalBytes }
   const kept = longestFittingPrefix(serialized, maxBytes, (prefix) => jsonBytes(envelope(prefix)) <= maxBytes)
   return envelope(kept)
 }

@@ -143,6 +143,18 @@ export class Peers {
     if (loaded) await (await loaded).agent.close()
   }
 
+  /** Whether `owner` answers as the run the record names (as `send` asks before it sends): why not, when not. */
+  async answers (owner: Owner, signal?: AbortSignal): Promise<true | Unreachable> {
+    await this.#undici()
+    try {
+      await this.#check(owner, signal)
+      return true
+    } catch (error) {
+      if (error instanceof OwnerGone) return error.reason
+      throw error
+    }
+  }
+
   /**
    * Asks `owner`'s address, without credentials, which run answers there.
    * Asked before every forward, not remembered: a run found a moment ago may

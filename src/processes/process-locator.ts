@@ -3,19 +3,11 @@
  * table), at another instance sharing the workspace root (found by its
  * record, reached by forwarding), or nowhere any more: `lost`, when the
  * instance that ran it does not answer for it, or another run answers at its
- * address (it was restarted).
- *
- * Lost for good (the record says so, and that address is never asked
- * again) only when that leaves no doubt: another run answers at the
- * address, or the instance has not answered for the process through
- * `lostAfterMs`, as this instance saw it (its own clock, no shared state).
- * Before that, a request it does not answer is told `lost`, and the next one
- * asks again: an instance that was out of reach for a moment still has its
- * processes. Only the instance that runs a process writes its record, but
- * to mark it lost, and that re-reads it first.
+ * address (it was restarted). When it is lost for good: owner-silences.ts.
  */
-import { ToolError } from '../errors.ts'
+import { OutcomeUnknown, ToolError } from '../errors.ts'
 import { KILL_GRACE_MS, type ManagedProcess, type ProcessInfo } from './managed-process.ts'
+import { OwnerSilences } from './owner-silences.ts'
 import { type Owner, OwnerGone, type Peers, type Unreachable } from './peers.ts'
 import type { ProcessRecord, ProcessRecords } from './process-records.ts'
 import type { ProcessTable } from './process-table.ts'
@@ -53,11 +45,6 @@ export interface ProcessLocatorOptions {
   lostAfterMs?: number
 }
 
-/** How long an instance may not answer before its processes are lost for good: past a restart or a network's hiccup. */
-export const UNANSWERED_LOST_MS = 60_000
-/** Silences kept at most before the ones long over are forgotten. */
-const MAX_SILENCES = 1024
-
 /** What a lost process looks like: its record (with when it ended, if it ended before its instance went), and nothing known of how it ended. */
 export function lostInfo (record: ProcessRecord): ProcessInfo {
   return { id: record.id, workspace: record.workspace, command: record.command, state: 'lost', exit_code: null, signal: null, started_at: record.started_at, ended_at: record.ended_at, next: 0 }
@@ -65,11 +52,12 @@ export function lostInfo (record: ProcessRecord): ProcessInfo {
 
 export class ProcessLocator {
   readonly #options: ProcessLocatorOptions
-  /** Per process record: when its instance first and last did not answer for it, with no answer between. */
-  readonly #silences = new Map<string, { first: number, last: number }>()
+  /** Which instances did not answer for their processes, and since when. */
+  readonly silences: OwnerSilences
 
   constructor (options: ProcessLocatorOptions) {
     this.#options = options
+    this.silences = new OwnerSilences(options.records, options.lostAfterMs)
   }
 
   /** The processes this instance runs. */
@@ -106,14 +94,14 @@ export class ProcessLocator {
         const info = theirs instanceof Map ? theirs.get(record.id) : undefined
         if (info) {
           away.push(info)
-          this.ownerAnswered(asker.tenant, record)
+          this.silences.answered(asker.tenant, record)
         } else if (theirs === 'replaced') {
           lost.push(record)
-          this.markLost(asker.tenant, record)
+          this.silences.markLost(asker.tenant, record)
         } else {
           // Not answering, or not listing it (yet: its record is written before its start is answered).
           unanswered.push(record)
-          this.ownerUnreachable(asker.tenant, record, 'unanswered')
+          this.silences.unreachable(asker.tenant, record, 'unanswered')
         }
       }
     }))
@@ -129,11 +117,11 @@ export class ProcessLocator {
     const waitMs = typeof args['wait_ms'] === 'number' ? args['wait_ms'] : 1000
     try {
       const answer = await this.#execute(owner, name, args, asker, waitMs + KILL_GRACE_MS)
-      this.ownerAnswered(asker.tenant, record)
+      this.silences.answered(asker.tenant, record)
       return answer
     } catch (error) {
-      if (error instanceof OwnerGone) this.ownerUnreachable(asker.tenant, record, error.reason)
-      else if (error instanceof ToolError && error.code === 'NotFound') this.ownerUnreachable(asker.tenant, record, 'unanswered')
+      if (error instanceof OwnerGone) this.silences.unreachable(asker.tenant, record, error.reason)
+      else if (error instanceof ToolError && error.code === 'NotFound') this.silences.unreachable(asker.tenant, record, 'unanswered')
       else throw error
       return undefined
     }
@@ -145,44 +133,98 @@ export class ProcessLocator {
    * answer as it came, or undefined when it runs here (#atHome).
    */
   runAtHome (tool: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean } | undefined> {
-    return this.#atHome(asker, (owner) => this.#execute(owner, tool, args, asker, this.#options.longestCallMs))
+    return this.#atHome(asker, (owner) => this.runThere(owner, tool, args, asker))
   }
 
   /**
-   * Starts a process (`body`: what `POST …/processes` takes) at the instance
-   * whose processes run in the asker's workspace, so that it joins their
-   * network: the process it started, or undefined when it starts here.
+   * Starts a process where the asker's workspace's processes run: `there`,
+   * at the instance that runs the oldest running one (its answer), or
+   * `here` when no other instance runs one (or the one that did is gone
+   * before anything was sent). From the look (each home asked whether it
+   * answers) to a start here (its record written) the workspace's home lock
+   * is held, so that two first starts through two instances at once end on
+   * one, in one network; a start sent there goes once it is let go (that
+   * instance's record says where the home is).
    */
-  async startAtHome (body: unknown, asker: Asker): Promise<ProcessInfo | undefined> {
-    return await this.#atHome(asker, async (owner) => await this.#options.peers.json(owner, {
+  async startAtHome<T> (asker: Asker, start: { there: (owner: Owner) => Promise<T>, here: () => Promise<T> }): Promise<T> {
+    if (asker.workspace === null || asker.forwarded === true) return await start.here()
+    const release = await this.#options.records.holdHome(asker.tenant, asker.workspace, asker.signal)
+    let home: { owner: Owner, records: ProcessRecord[] } | undefined
+    try {
+      // The first that answers: one gone (a pod that died, its records not yet lost) is no home, and the
+      // start goes here while the lock is held, as a first one does.
+      for (const candidate of await this.#homes(asker.tenant, asker.workspace)) {
+        const answer = await this.#options.peers.answers(candidate.owner, asker.signal)
+        if (answer === true) {
+          home = candidate
+          break
+        }
+        for (const record of candidate.records) this.silences.unreachable(asker.tenant, record, answer)
+      }
+      if (home === undefined) return await start.here()
+    } finally {
+      await release()
+    }
+    return await this.#sendHome(asker, [home], start.there) ?? await start.here()
+  }
+
+  /** `POST …/processes` (`body`: what it takes) at `owner`, as the caller: the process it started. */
+  async startThere (owner: Owner, body: unknown, asker: Asker): Promise<ProcessInfo> {
+    return await this.#options.peers.json(owner, {
       method: 'POST',
       path: `/v1/workspaces/${encodeURIComponent(asker.workspace ?? '')}/processes`,
       body,
       credentials: asker.credentials,
       requestId: asker.requestId,
       signal: asker.signal,
-    }) as ProcessInfo)
+    }) as ProcessInfo
+  }
+
+  /** Tool call `tool` at `owner`, as the caller, with as long as a call that runs commands may take. */
+  async runThere (owner: Owner, tool: string, args: Record<string, unknown>, asker: Asker & { maxResultBytes: number }): Promise<{ result: unknown, truncated: boolean }> {
+    try {
+      return await this.#execute(owner, tool, args, asker, this.#options.longestCallMs)
+    } catch (error) {
+      // A call cut here (its caller gone, this instance's drain over) is ended there too, but a process it started
+      // there outlives it: whether one did is not known here.
+      if (tool === 'process_start' && asker.signal?.aborted === true && !(error instanceof ToolError)) {
+        throw new OutcomeUnknown('this instance stopped waiting for the instance that runs this workspace\'s processes: the process may have started there (process_list shows it)')
+      }
+      throw error
+    }
   }
 
   /**
    * `send` to the instance whose processes run in the asker's workspace
    * (the oldest running one's): its answer, or undefined when no other
    * instance runs one, or the one that did is gone before anything was
-   * sent (the caller goes on here). Gone after the request was sent, it may
-   * have acted on it: that is a failure whose outcome is unknown, never a
-   * second run here.
+   * sent (the caller goes on here).
    */
   async #atHome<T> (asker: Asker, send: (owner: Owner) => Promise<T>): Promise<T | undefined> {
     if (asker.workspace === null || asker.forwarded === true) return undefined
-    const running = (await this.#options.records.running(asker.tenant, asker.workspace)).sort((a, b) => a.started_at.localeCompare(b.started_at))
-    for (const { owner, records } of this.#byOwner(running)) {
-      if (owner === null) continue
+    return await this.#sendHome(asker, await this.#homes(asker.tenant, asker.workspace), send)
+  }
+
+  /** The instances that run the workspace's processes, with their records, the one that runs the oldest first. */
+  async #homes (tenant: string, workspace: string): Promise<Array<{ owner: Owner, records: ProcessRecord[] }>> {
+    const running = (await this.#options.records.running(tenant, workspace)).sort((a, b) => a.started_at.localeCompare(b.started_at))
+    return this.#byOwner(running).filter((group): group is { owner: Owner, records: ProcessRecord[] } => group.owner !== null)
+  }
+
+  /**
+   * `send` to the first of `homes` that answers; undefined when each is gone
+   * before anything was sent. Gone after the request was sent, it may have
+   * acted on it: that is a failure whose outcome is unknown, never a second
+   * run here.
+   */
+  async #sendHome<T> (asker: Asker, homes: Array<{ owner: Owner, records: ProcessRecord[] }>, send: (owner: Owner) => Promise<T>): Promise<T | undefined> {
+    for (const { owner, records } of homes) {
       try {
         return await send(owner)
       } catch (error) {
         if (!(error instanceof OwnerGone)) throw error
-        if (error.maybeDelivered) throw new ToolError('ExecutionFailed', 'the instance that runs this workspace\'s processes stopped answering during the request: it may have acted on it, and the outcome is unknown', { cause: error })
-        for (const record of records) this.ownerUnreachable(asker.tenant, record, error.reason)
+        if (error.maybeDelivered) throw new OutcomeUnknown('the instance that runs this workspace\'s processes stopped answering during the request: it may have acted on it, and the outcome is unknown', { cause: error })
+        for (const record of records) this.silences.unreachable(asker.tenant, record, error.reason)
       }
     }
     return undefined
@@ -199,52 +241,6 @@ export class ProcessLocator {
       groups.set(key, group)
     }
     return [...groups.values()]
-  }
-
-  /**
-   * The instance that ran a record's process is gone (or restarted): it is
-   * lost for good, and never asked again. The record is read again first, and
-   * left as it is when it is gone or names another run.
-   */
-  markLost (tenant: string, record: ProcessRecord): void {
-    this.#silences.delete(silenceKey(tenant, record))
-    if (record.owner === null) return
-    const { records } = this.#options
-    records.read(tenant, record.workspace, record.id).then(async (now) => {
-      if (now === null || now.owner !== record.owner || now.instance !== record.instance) return
-      await records.write(tenant, { ...now, owner: null }, { update: true })
-    }).catch(() => {})
-  }
-
-  /**
-   * The instance that runs a record's process could not answer for it: lost
-   * for good when `reason` leaves no doubt, or when it has not answered
-   * through `lostAfterMs` (a silence whose last miss is older than that
-   * begins again).
-   */
-  ownerUnreachable (tenant: string, record: ProcessRecord, reason: Unreachable): void {
-    if (record.owner === null) return
-    if (reason === 'replaced') return this.markLost(tenant, record)
-    const lostAfter = this.#options.lostAfterMs ?? UNANSWERED_LOST_MS
-    const now = Date.now()
-    const key = silenceKey(tenant, record)
-    const silence = this.#silences.get(key)
-    if (silence === undefined || now - silence.last > lostAfter) {
-      if (this.#silences.size >= MAX_SILENCES) this.#forgetOldSilences(now, lostAfter)
-      this.#silences.set(key, { first: now, last: now })
-      return
-    }
-    silence.last = now
-    if (now - silence.first >= lostAfter) this.markLost(tenant, record)
-  }
-
-  /** The instance that runs a record's process answered for it: a silence before is forgotten. */
-  ownerAnswered (tenant: string, record: ProcessRecord): void {
-    this.#silences.delete(silenceKey(tenant, record))
-  }
-
-  #forgetOldSilences (now: number, lostAfter: number): void {
-    for (const [key, silence] of this.#silences) if (now - silence.last > lostAfter) this.#silences.delete(key)
   }
 
   /** `POST /v1/tools/{tool}/execute` at `owner`, as the caller, in the asker's workspace. */
@@ -293,8 +289,4 @@ export class ProcessLocator {
     for (const record of gone) records.remove(asker.tenant, record.workspace, record.id).catch(() => {})
     return lost
   }
-}
-
-function silenceKey (tenant: string, record: ProcessRecord): string {
-  return `${tenant}/${record.workspace}/${record.id}`
 }

@@ -8,8 +8,9 @@
  * stands for a `lost` one.
  */
 import { randomUUID } from 'node:crypto'
-import { access, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, mkdir, readdir, readFile, rename, rm, rmdir, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { WorkspaceLayout } from '../workspaces/meta.ts'
 
 export interface ProcessRecord {
@@ -30,6 +31,9 @@ const PROCESS_ID = /^p_[0-9a-f]{12}$/
 
 /** The subdirectory of markers, one per process running with an address (named by its id). */
 const RUNNING = 'running'
+/** A home lock unchanged this long was left by an instance that died holding it: it is taken over. */
+const HOME_LOCK_STALE_MS = 10_000
+const HOME_LOCK_POLL_MS = 20
 
 export function isProcessId (id: string): boolean {
   return PROCESS_ID.test(id)
@@ -38,10 +42,12 @@ export function isProcessId (id: string): boolean {
 export class ProcessRecords {
   readonly #root: () => string
   #layout: WorkspaceLayout | undefined
+  readonly #staleLockMs: number
 
-  /** `root`: the canonical workspace root, known once the store has started. */
-  constructor (root: () => string) {
+  /** `root`: the canonical workspace root, known once the store has started; `staleLockMs`: HOME_LOCK_STALE_MS. */
+  constructor (root: () => string, options: { staleLockMs?: number } = {}) {
     this.#root = root
+    this.#staleLockMs = options.staleLockMs ?? HOME_LOCK_STALE_MS
   }
 
   /**
@@ -61,6 +67,39 @@ export class ProcessRecords {
     const marker = path.join(dir, RUNNING, record.id)
     if (record.ended_at === null && record.owner !== null) await writeFile(marker, '')
     else await rm(marker, { force: true })
+  }
+
+  /**
+   * Holds the workspace's home lock until the answer is called: while one
+   * instance looks for where the workspace's processes run and starts one
+   * there or here (its record written), no other does. Two first starts
+   * through two instances then end on one, in one network. Waits while
+   * another holds it. The holder touches it five times in HOME_LOCK_STALE_MS
+   * (so a long hold is never taken for a dead one); one that has not changed
+   * for that long by this instance's own clock (never compared with
+   * another's) was left by an instance that died holding it, and is taken
+   * over. Where it cannot be made at all (the
+   * volume refuses), the start goes on without it, as one did before.
+   */
+  async holdHome (tenant: string, workspace: string, signal?: AbortSignal): Promise<() => Promise<void>> {
+    this.#layout ??= new WorkspaceLayout(this.#root())
+    const lock = this.#layout.homeLock(tenant, workspace)
+    await mkdir(path.dirname(lock), { recursive: true }).catch(() => {})
+    let seen: { ino: number, mtimeMs: number, since: number } | undefined
+    for (;;) {
+      signal?.throwIfAborted()
+      const made = await mkdir(lock).then(() => true, (error: NodeJS.ErrnoException) => error.code === 'EEXIST' ? false : undefined)
+      if (made === undefined) return async () => {}
+      if (made) return await heldLock(lock, this.#staleLockMs / 5)
+      const found = await stat(lock).catch(() => undefined)
+      if (found !== undefined && (seen?.ino !== found.ino || seen.mtimeMs !== found.mtimeMs)) seen = { ino: found.ino, mtimeMs: found.mtimeMs, since: Date.now() }
+      if (found !== undefined && seen !== undefined && Date.now() - seen.since > this.#staleLockMs) {
+        await takeOver(lock, seen.ino)
+        seen = undefined
+      } else {
+        await sleep(HOME_LOCK_POLL_MS, undefined, { signal }).catch(() => signal?.throwIfAborted())
+      }
+    }
   }
 
   /** The records of the workspace's processes that run on some instance that has an address, as their markers say. */
@@ -109,4 +148,31 @@ function parseRecord (text: string | null): ProcessRecord | null {
   } catch {
     return null
   }
+}
+
+/** The lock just made at `lock`, touched every `touchMs` while it is held; the answer lets it go, if it is still this one. */
+async function heldLock (lock: string, touchMs: number): Promise<() => Promise<void>> {
+  const ino = (await stat(lock).catch(() => undefined))?.ino
+  const touch = setInterval(() => {
+    const now = new Date()
+    utimes(lock, now, now).catch(() => {})
+  }, touchMs).unref()
+  return async () => {
+    clearInterval(touch)
+    // Not one another instance took over meanwhile (this one stalled past HOME_LOCK_STALE_MS).
+    if (ino !== undefined && (await stat(lock).catch(() => undefined))?.ino === ino) await rmdir(lock).catch(() => {})
+  }
+}
+
+/**
+ * Removes the stale lock `ino` at `lock`: renamed aside first, so that of
+ * several instances taking it over at once one moves it; one that moved a
+ * lock made meanwhile (another inode) puts it back.
+ */
+async function takeOver (lock: string, ino: number): Promise<void> {
+  const aside = `${lock}.${randomUUID()}.stale`
+  if (!await rename(lock, aside).then(() => true, () => false)) return
+  const moved = await stat(aside).catch(() => undefined)
+  if (moved?.ino === ino) await rmdir(aside).catch(() => {})
+  else await rename(aside, lock).catch(async () => { await rmdir(aside).catch(() => {}) })
 }

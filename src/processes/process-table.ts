@@ -10,6 +10,7 @@
  * (being changed) until it ends.
  */
 import { randomBytes } from 'node:crypto'
+import { access } from 'node:fs/promises'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
@@ -129,6 +130,11 @@ export class ProcessTable {
         return started
       } catch (error) {
         await lease?.release()
+        // Removed meanwhile through another instance (its removal does not take turns with a start here): the
+        // start failed for that, not for a fault of its own.
+        if (place.id !== null && (!(error instanceof ToolError) || error.code === 'ExecutionFailed') && !await access(dir).then(() => true, () => false)) {
+          throw new ToolError('NotFound', `workspace ${place.id} was deleted while the process started; start it again to make the workspace anew`)
+        }
         throw error
       }
     })

@@ -56,6 +56,8 @@ export interface BwrapOptions {
 const KERNEL_SETTINGS = ['/proc/sys', '/proc/sysrq-trigger', '/proc/bus', '/proc/fs', '/proc/irq']
 /** bwrap's own processes inside a run's cgroup: the outer monitor and the namespace's init. */
 const BWRAP_PROCESSES = 2
+/** The most `pids.max` takes (Linux's PID_MAX_LIMIT): a limit at it, plus bwrap's own processes, is no limit all the same. */
+const PID_MAX_LIMIT = 4 * 1024 * 1024
 
 /** How long the hidden paths are reused before they are looked at again. */
 const HIDE_RECHECK_MS = 1000
@@ -187,7 +189,7 @@ export class BwrapRunner implements ProcessRunner {
   /** The run's cgroups, if any; should making them fail, the run leaves the network it joined. */
   #createCgroup (network: NetworkLease | undefined): RunCgroup | undefined {
     try {
-      return this.#options.cgroups?.create({ maxProcesses: this.#options.limits.maxProcesses + BWRAP_PROCESSES, maxMemoryBytes: this.#options.limits.maxMemoryBytes })
+      return this.#options.cgroups?.create({ maxProcesses: Math.min(this.#options.limits.maxProcesses + BWRAP_PROCESSES, PID_MAX_LIMIT), maxMemoryBytes: this.#options.limits.maxMemoryBytes })
     } catch (error) {
       network?.release()
       throw error

@@ -170,7 +170,10 @@ async function makeNetwork (): Promise<Network> {
     '--',
     '/bin/sh', '-c', 'echo $$; exec cat',
   ], { stdio: ['pipe', 'pipe', 'pipe'], env: {} })
-  const exited = once(holder, 'exit')
+  const exited = once(holder, 'exit').catch(() => {})
+  // A spawn that fails (EMFILE: no descriptor left for its pipes) has no pipes and emits 'error', never
+  // 'exit': that command fails, never the service.
+  await new Promise((resolve, reject) => { holder.once('spawn', resolve).once('error', reject) })
   const timer = setTimeout(() => holder.kill('SIGKILL'), MAKE_TIMEOUT_MS).unref()
   let stderr = ''
   holder.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })

@@ -10,7 +10,7 @@ import { ToolError } from '../errors.ts'
 import { checkArgv } from '../sandbox/command-rules.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { clipText, truncateString } from '../execution/truncate.ts'
-import { nestedDeeperThan } from '../execution/json-text.ts'
+import { nestedDeeperThan, parseExactly } from '../execution/json-text.ts'
 
 /**
  * stdout kept, in results' limits: an output longer than this many times
@@ -56,16 +56,15 @@ export function parseDescription (stdout: string): Description | string {
   return { name, description, parameters: parameters as JsonSchema, annotations: hintsOf(annotations) }
 }
 
-/** stdout as the tool's result: parsed when it is JSON (nested no deeper than results may), the text otherwise. */
+/**
+ * stdout as the tool's result: parsed when it is JSON (nested no deeper than results may, its numbers kept
+ * exactly), the text otherwise.
+ */
 export function parsedStdout (stdout: string): unknown {
   const trimmed = stdout.trim()
   if (trimmed === '') return stdout
-  try {
-    const value: unknown = JSON.parse(trimmed)
-    return nestedDeeperThan(value) ? stdout : value
-  } catch {
-    return stdout
-  }
+  const parsed = parseExactly(trimmed)
+  return parsed === undefined || nestedDeeperThan(parsed.value) ? stdout : parsed.value
 }
 
 export function executableTool (file: string, description: Description, options: { runner: ProcessRunner, stub: boolean, timeoutSeconds: number }): AnyTool {

@@ -247,8 +247,23 @@ export class McpClientSource {
  * (a server whose cursors never end) it stops, and `cut` says so.
  */
 async function listAllTools (client: Client, options: RequestOptions & { timeout: number }): Promise<{ tools: McpTool[], cut: boolean }> {
-  const deadline = AbortSignal.timeout(options.timeout)
-  const signal = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline
+  // One signal for the pages, stopped by the deadline or the caller's signal only while the listing lasts: the SDK
+  // keeps its listener on a request's signal after the answer, and would send a cancel for every page when it fires.
+  const stop = new AbortController()
+  let overran = false
+  const timer = setTimeout(() => { overran = true; stop.abort() }, options.timeout)
+  const follow = (): void => { stop.abort(options.signal?.reason) }
+  if (options.signal?.aborted === true) follow()
+  else options.signal?.addEventListener('abort', follow, { once: true })
+  try {
+    return await listPages(client, options, stop.signal, () => overran)
+  } finally {
+    clearTimeout(timer)
+    options.signal?.removeEventListener('abort', follow)
+  }
+}
+
+async function listPages (client: Client, options: RequestOptions & { timeout: number }, signal: AbortSignal, overran: () => boolean): Promise<{ tools: McpTool[], cut: boolean }> {
   const tools: McpTool[] = []
   const seen = new Set<string>()
   let pages = 0
@@ -264,7 +279,7 @@ async function listAllTools (client: Client, options: RequestOptions & { timeout
     // tool. (Nor does it compile the tools' output schemas for callTool to check answers against: the catalog does not
     // publish an upstream's output schemas, and that check ran the server's patterns on the event loop.)
     const page = await client.request({ method: 'tools/list', params: cursor === undefined ? {} : { cursor } }, PaginatedResultSchema, { ...options, signal }).catch((error: unknown) => {
-      throw deadline.aborted ? overdue() : error
+      throw overran() ? overdue() : error
     })
     pages++
     const listed: unknown = page['tools']

@@ -72,7 +72,8 @@ export function toolValueOf (result: CallToolResult): unknown {
 
 /** The server's own words of an McpError, without the SDK's `MCP error -32602: ` prefix. */
 function mcpMessage (error: McpError): string {
-  return clipText(error.message.replace(/^MCP error -?\d+: /, ''), ERROR_TEXT_BYTES)
+  // Twice when the server's own SDK put it into the message it sent.
+  return clipText(error.message.replace(/^(?:MCP error -?\d+: ){1,2}/, ''), ERROR_TEXT_BYTES)
 }
 
 /** Any error's message on one line, clipped (never a stack). */
@@ -90,17 +91,21 @@ export function errorOf (error: unknown, server: string, signal: AbortSignal, ti
   if (error instanceof ToolError) return error
   if (signal.aborted) return new ToolError('ExecutionFailed', 'cancelled')
   if (error instanceof McpError) {
+    // The SDK's own timeout and closed connection take codes of JSON-RPC's server errors, which a server may
+    // send too: the SDK's are told by what it puts in them (the timeout it waited; no data).
+    const data = error.data as { timeout?: unknown, maxTotalTimeout?: unknown } | undefined
     switch (error.code) {
       case ErrorCode.RequestTimeout:
+        if (typeof data?.timeout !== 'number' && typeof data?.maxTotalTimeout !== 'number') break
         return new ToolError('Timeout', `MCP server ${server} did not answer within ${timeoutMs} ms`)
       case ErrorCode.InvalidParams:
       case ErrorCode.MethodNotFound:
         return new ToolError('InvalidArgs', mcpMessage(error))
       case ErrorCode.ConnectionClosed:
+        if (data !== undefined || !/^MCP error -32000: (Connection closed|Request was cancelled)$/.test(error.message)) break
         return new ToolError('ExecutionFailed', `MCP server ${server} closed the connection`)
-      default:
-        return new ToolError('ExecutionFailed', `MCP server ${server}: ${mcpMessage(error)}`)
     }
+    return new ToolError('ExecutionFailed', `MCP server ${server}: ${mcpMessage(error)}`)
   }
   return new ToolError('ExecutionFailed', `MCP server ${server}: ${shortMessage(error)}`)
 }

@@ -35,7 +35,12 @@ export const memoryReadTool = defineBuiltin({
     if (!file.exists) return { content: '', message: 'No memory file found' }
     const { handle } = await openContained(ctx.workspaceDir, file.absolute, 'memory/MEMORY.md')
     try {
-      if (args.query === undefined) return { content: (await readPrefix(handle, ctx.maxResultBytes + 1)).toString('utf8') }
+      if (args.query === undefined) {
+        const read = await readPrefix(handle, ctx.maxResultBytes + 2)
+        // A file larger than the limit and a byte was read in part (one byte more lets truncation see that there was more).
+        if (read.length > ctx.maxResultBytes + 1) ctx.markTruncated?.()
+        return { content: read.subarray(0, ctx.maxResultBytes + 1).toString('utf8') }
+      }
       const matches = await matchingParagraphs(handle, args.query, ctx.maxResultBytes, ctx)
       return { query: args.query, matches, count: matches.length }
     } finally {
@@ -78,8 +83,8 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
       found = lowered.includes(needle)
       tail = lowered.slice(-(needle.length - 1) || lowered.length)
     }
+    if (piece.length > budget + 1 - kept.length) cut = true
     if (kept.length <= budget) kept += piece.slice(0, budget + 1 - kept.length)
-    else cut = true
   }
   const endParagraph = (): void => {
     if (hasText && (found || needle === '') && used <= budget) {

@@ -28,6 +28,8 @@ export const memoryWriteTool = defineBuiltin({
     const file = await resolveMemoryFile(ctx.workspaceDir)
     await withFileLock(file.absolute, async () => {
       if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true, quota: ctx.quota })
+      // Nothing to add: no blank paragraph, no separator.
+      if (args.content === '') return
       const append = async () => {
         // Checked before anything is made; the separator, known once the file is open, is checked there.
         await ctx.quota?.ensureRoom(Buffer.byteLength(args.content))

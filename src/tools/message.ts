@@ -117,7 +117,8 @@ export function createMessageTool (channels: Config['channels'], log: Logger): {
     // Each call sends one more message: it adds, never changes what was sent, and cannot be repeated harmlessly.
     annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
     async execute (args) {
-      const channel = channels[args.channel]
+      // Its own keys only: `toString` or `__proto__` name no channel.
+      const channel = Object.hasOwn(channels, args.channel) ? channels[args.channel] : undefined
       if (!channel) throw new ToolError('InvalidArgs', `unknown channel ${JSON.stringify(args.channel)}; configured channels: ${names.join(', ')}`)
       const content = sanitiseContent(args.content)
       sender.enqueue({ channel: args.channel, chat_id: args.chat_id, content, webhook: channel.webhook })

@@ -102,11 +102,19 @@ export function createProcessTools (locator: ProcessLocator): AnyTool[] {
       }),
       outputSchema: StartResult,
       annotations: changing,
-      // Its command runs in the workspace's network (the process table keeps the workspace's usage stale while it runs).
-      runsCommands: true,
       async execute (args, ctx) {
         ensureLasting(ctx)
-        const process = await table.start({ tenant: ctx.tenant, id: ctx.workspaceId, dir: ctx.workspaceDir }, args)
+        // Its process joins the workspace's network: where another instance runs the workspace's processes, it starts there.
+        const asker = { ...askerOf(ctx), maxResultBytes: ctx.maxResultBytes }
+        const started = await locator.startAtHome<{ there: { result: unknown, truncated: boolean } } | { process: ManagedProcess }>(asker, {
+          there: async (owner) => ({ there: await locator.runThere(owner, 'process_start', args, asker) }),
+          here: async () => ({ process: await table.start({ tenant: ctx.tenant, id: ctx.workspaceId, dir: ctx.workspaceDir }, args) }),
+        })
+        if ('there' in started) {
+          if (started.there.truncated) ctx.markTruncated?.()
+          return started.there.result as Static<typeof StartResult>
+        }
+        const { process } = started
         // A caller that goes away ends the wait, never the process.
         await process.waitForEnd(args.yield_ms ?? 10_000, ctx.signal)
         const { dropped_bytes: _dropped, ...result } = outputResult(process, 0, ctx)

@@ -40,7 +40,8 @@ export const readFileTool = defineBuiltin({
     const stat = await checkedStat(handle, args.path)
     try {
       if (args.offset === undefined && args.limit === undefined) {
-        // One byte more than the limit lets truncation see that there was more.
+        // One byte more than the limit lets truncation see that there was more; a file larger still was read in part.
+        if (stat.size > ctx.maxResultBytes + 1) ctx.markTruncated?.()
         return { content: utf8Text(await readPrefix(handle, ctx.maxResultBytes + 1, stat.size), args.path, stat.size > ctx.maxResultBytes + 1) }
       }
       const offset = args.offset ?? 1

@@ -87,6 +87,15 @@ export class WorkspaceLayout {
     return path.join(this.#tenantDir(tenant), 'processes', directoryNameOf(id))
   }
 
+  /**
+   * The lock (a directory) held while an instance decides where a workspace's processes run: beside
+   * the tenant's records, not in a workspace's own, which a start refused early would leave behind and
+   * a removal would take from under its holder.
+   */
+  homeLock (tenant: string, id: string): string {
+    return path.join(this.#tenantDir(tenant), 'home-locks', directoryNameOf(id))
+  }
+
   metaFile (tenant: string, id: string): string {
     return path.join(this.#metaDir(tenant), metaFileName(id))
   }

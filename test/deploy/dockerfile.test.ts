@@ -63,6 +63,13 @@ describe('Dockerfile', () => {
     expect(finalOf('VOLUME').at(-1)?.args).toContain('/var/lib/toolport/workspaces')
   })
 
+  it('gives HOME a directory that the compose file and the Deployment keep writable (npx writes its cache there)', () => {
+    const home = /\bHOME=(\S+)/.exec(finalOf('ENV').map((e) => e.args).join(' '))?.[1]
+    expect(home).toBe('/tmp')
+    expect(readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8')).toMatch(/tmpfs: \["\/tmp"\]/)
+    expect(readFileSync(path.join(ROOT, 'deploy/kubernetes/deployment.yaml'), 'utf8')).toMatch(/mountPath: \/tmp \}/)
+  })
+
   it('has a HEALTHCHECK on /healthz and starts the built server', () => {
     expect(finalOf('HEALTHCHECK').at(-1)?.args).toMatch(/\/healthz/)
     expect(finalOf('CMD').at(-1)?.args).toContain('dist/bundle/server.js')

@@ -1,10 +1,11 @@
 /** The built server, started as a user would: `node dist/bundle/server.js` with env and a config file. */
-import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs'
-import { writeFile } from 'node:fs/promises'
+import { closeSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { rootCertificates } from 'node:tls'
 import { describe, expect, it } from 'vitest'
 import { startServer, waitReady } from '../support/server-process.ts'
-import { tempDir } from '../support/temp.ts'
+import { onCleanup, tempDir } from '../support/temp.ts'
 
 const post = (base: string, url: string, body: unknown, signal?: AbortSignal) =>
   fetch(`${base}${url}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal })
@@ -44,6 +45,30 @@ describe('the built server', () => {
     })
   }
 
+  it('lets Node finish reading NODE_EXTRA_CA_CERTS before it closes inherited descriptors', async () => {
+    // Node reads the file in a thread of its own from start-up, through a descriptor that is not
+    // close-on-exec: a file this size is still being read when the service looks for inherited ones.
+    const certificates = path.join(await tempDir(), 'extra.pem')
+    await writeFile(certificates, Array.from({ length: 40 }, () => rootCertificates.join('\n')).join('\n'))
+    const server = await startServer({ sandbox: { mode: 'none' } }, { NODE_EXTRA_CA_CERTS: certificates })
+    await waitReady(server)
+    expect(server.output()).not.toContain('Ignoring extra certs')
+    expect(server.child.exitCode).toBe(null)
+  })
+
+  it('leaves V8\'s own profiler files open when profiled (--perf-basic-prof): the perf map goes on growing', async () => {
+    const server = await startServer({ sandbox: { mode: 'none' } }, { NODE_OPTIONS: '--perf-basic-prof' })
+    await waitReady(server)
+    const map = `/tmp/perf-${server.child.pid}.map`
+    onCleanup(async () => { await rm(map, { force: true }) })
+    const before = statSync(map).size
+    for (const tool of ['write_file', 'read_file', 'list_directory', 'exec_shell']) {
+      const args = tool === 'exec_shell' ? { command: 'true' } : tool === 'list_directory' ? { path: '.' } : { path: 'a.txt', content: 'a' }
+      expect((await post(server.base, `/v1/tools/${tool}/execute`, { workspace: 'prof', arguments: args })).status).toBe(200)
+    }
+    expect(statSync(map).size).toBeGreaterThan(before)
+  })
+
   it('writes buffered log lines within a flush period while idle, and the rest at exit', async () => {
     const server = await startServer({ sandbox: { mode: 'none' } })
     await waitReady(server)
@@ -79,6 +104,10 @@ describe('the built server', () => {
     expect(processAlive(marker)).toBe(false)
     const ready = await (await fetch(`${server.base}/readyz`)).json() as Record<string, unknown>
     expect(ready['status']).toBe('ready')
+    // Counted as the caller's leaving, not as a failure of the tool.
+    const metrics = await (await fetch(`${server.base}/metrics`)).text()
+    expect(metrics).toContain('toolport_tool_calls_total{tool="exec_shell",code="cancelled"} 1')
+    expect(metrics).not.toContain('code="ExecutionFailed"')
   })
 
   it('drains on SIGTERM: readyz 503, the in-flight call completes, exit 0', async () => {

@@ -20,6 +20,28 @@ describe('Limiter', () => {
     expect(limiter.inFlight).toBe(0)
   })
 
+  it('is fair between owners: a slot given back goes to the owner holding fewest, and a full queue refuses the owner crowding it', async () => {
+    const limiter = new Limiter({ name: 'test', maxConcurrent: 2, maxQueue: 4, queueTimeoutMs: 5000 })
+    const held = [await limiter.acquire(undefined, 'hog'), await limiter.acquire(undefined, 'hog')]
+    const order: string[] = []
+    const waiting = (owner: string, name: string): Promise<unknown> =>
+      limiter.acquire(undefined, owner).then((release) => { order.push(name); return release }, (error: unknown) => { order.push(`${name} refused`); return error })
+    // The hog fills the queue; another tenant still gets in, in place of the hog's newest.
+    const hogs = [waiting('hog', 'h1'), waiting('hog', 'h2'), waiting('hog', 'h3'), waiting('hog', 'h4')]
+    const other = waiting('other', 'o1')
+    await hogs[3]
+    expect(order).toEqual(['h4 refused'])
+    // A fifth hog finds the queue full of its own and another's one: refused itself.
+    expect(await limiter.acquire(undefined, 'hog').catch((error: unknown) => (error as ToolError).code)).toBe('Overloaded')
+    // The first slot given back goes to the tenant holding none, ahead of the hogs that came first.
+    held[0]?.()
+    expect(await other).toBeInstanceOf(Function)
+    expect(order).toEqual(['h4 refused', 'o1'])
+    held[1]?.()
+    await hogs[0]
+    expect(order).toEqual(['h4 refused', 'o1', 'h1'])
+  })
+
   it('rejects with Overloaded and Retry-After when the queue is full', async () => {
     const limiter = new Limiter({ name: 'service', maxConcurrent: 1, maxQueue: 0, queueTimeoutMs: 3000 })
     const release = await limiter.acquire()

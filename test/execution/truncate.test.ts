@@ -43,6 +43,15 @@ describe('truncateResult', () => {
     expect(size(value)).toBeLessThanOrEqual(65_536)
   })
 
+  it('names no size for a result the tool gave only the start of: it is not the whole\'s', () => {
+    const object = truncateResult({ content: 'abcdefghij'.repeat(200) }, 300, { partial: true }).value as Record<string, unknown>
+    expect(Object.keys(object)).toEqual(['_truncated_json'])
+    const text = truncateResult('abcdefghij'.repeat(200), 300, { partial: true }).value as string
+    expect(text).toMatch(/\n\.\.\. \(output truncated, showing first \d+ bytes\)$/)
+    expect(text).not.toMatch(/total/)
+    expect(size(text)).toBeLessThanOrEqual(300)
+  })
+
   it('accounts for JSON escaping when the content is full of quotes', () => {
     const { value } = truncateResult({ content: '"\\'.repeat(10_000) }, 1000)
     expect(size(value)).toBeLessThanOrEqual(1000)

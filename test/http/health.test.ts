@@ -87,6 +87,15 @@ describe('operations endpoints', () => {
     const download = served.paths['/v1/workspaces/{id}/archive'].get.responses
     expect(Object.keys(download['200'].content)).toEqual(['application/gzip'])
     expect(Object.keys(download['404'].content)).toEqual(['application/problem+json'])
+    const output = served.paths['/v1/workspaces/{id}/processes/{pid}/output'].get.responses
+    expect(Object.keys(output['200'].content)).toEqual(['application/json', 'text/event-stream'])
+    expect(Object.keys(served.paths['/readyz'].get.responses)).toEqual(['200', '503'])
+    // A body over server.body_limit_bytes is 413 wherever a body is taken.
+    for (const [route, operations] of Object.entries(served.paths as Record<string, Record<string, { requestBody?: unknown, responses: object }>>)) {
+      for (const [method, operation] of Object.entries(operations)) {
+        if (operation.requestBody !== undefined) expect(Object.keys(operation.responses), `${method} ${route}`).toContain('413')
+      }
+    }
     const errorTypes = new Set(Object.values(served.paths).flatMap((operations) => Object.values(operations as Record<string, { responses: Record<string, { content?: object }> }>)
       .flatMap(({ responses }) => Object.entries(responses).filter(([status]) => Number(status) >= 400).flatMap(([, answer]) => Object.keys(answer.content ?? {})))))
     expect([...errorTypes]).toEqual(['application/problem+json'])

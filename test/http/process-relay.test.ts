@@ -45,7 +45,7 @@ async function relaying (owner: string, stop = new AbortController().signal): Pr
     url: '/events',
     handler: async (request, reply) => {
       try {
-        outcomes.push(await relay(peers, { url: owner, instance: RECORD.instance }, { path: '/output', waitMs: 30_000, lost: lostInfo({ ...RECORD, owner }), stop }, request, reply))
+        outcomes.push(await relay(peers, { url: owner, instance: RECORD.instance }, { path: '/output', waitMs: 30_000, lost: lostInfo({ ...RECORD, owner }), stop, stalledAfterMs: 60_000 }, request, reply))
       } catch (error) {
         outcomes.push(error)
         throw error

@@ -1,10 +1,12 @@
 /** Where a real socket matters: streamed archives and client disconnects, with supertest. */
+import { once } from 'node:events'
 import { readdir } from 'node:fs/promises'
+import net from 'node:net'
 import path from 'node:path'
 import { gunzipSync } from 'node:zlib'
 import request from 'supertest'
 import { describe, expect, it } from 'vitest'
-import { buildTestApp, exec } from '../helper.ts'
+import { buildTestApp, exec, onCleanup } from '../helper.ts'
 import { tarEntries } from '../support/tarball.ts'
 
 describe('over a real socket', () => {
@@ -53,5 +55,89 @@ describe('over a real socket', () => {
     expect(app.runtime.limiter.inFlight).toBe(0)
     expect(await readdir(ephemeral)).toEqual([])
     expect(Date.now() - started).toBeLessThan(5000)
+  })
+})
+
+describe('a client that stops reading', () => {
+  /** Opens a raw connection that sends `head` (and `body`) and never reads what comes back. */
+  const neverReading = async (port: number, head: string, body = ''): Promise<net.Socket> => {
+    const socket = net.connect(port, '127.0.0.1')
+    await once(socket, 'connect')
+    socket.pause()
+    socket.write(`${head}\r\nhost: 127.0.0.1\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+    onCleanup(async () => { socket.destroy() })
+    return socket
+  }
+  const connections = async (app: Awaited<ReturnType<typeof buildTestApp>>): Promise<number> =>
+    await new Promise((resolve, reject) => { app.server.getConnections((error, count) => { if (error) reject(error); else resolve(count) }) })
+  const cutWithin = async (app: Awaited<ReturnType<typeof buildTestApp>>, ms: number): Promise<boolean> => {
+    for (const deadline = Date.now() + ms; Date.now() < deadline;) {
+      if (await connections(app) === 0) return true
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    return false
+  }
+
+  it('has an answer it stopped reading cut once it took nothing for request_timeout_ms (the answer is not held for good)', async () => {
+    const app = await buildTestApp({ server: { request_timeout_ms: 1000 } })
+    await exec(app, 'write_file', { path: 'big.txt', content: 'q'.repeat(60_000) }, { workspace: 'stall' })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as net.AddressInfo
+    // About 16 MB of answer: more than the sockets' buffers take.
+    const batch = JSON.stringify({ workspace: 'stall', parallel: true, calls: Array.from({ length: 256 }, (_, i) => ({ id: `c${i}`, name: 'read_file', arguments: { path: 'big.txt' } })) })
+    await neverReading(port, 'POST /v1/tool-calls HTTP/1.1\r\ncontent-type: application/json', batch)
+    expect(await connections(app)).toBe(1)
+    expect(await cutWithin(app, 10_000)).toBe(true)
+  })
+
+  it('cuts nothing else: a call pipelined behind an answer runs past request_timeout_ms, and a slow but steady reader gets all', async () => {
+    const app = await buildTestApp({ server: { request_timeout_ms: 500 } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as net.AddressInfo
+    const socket = net.connect(port, '127.0.0.1')
+    onCleanup(async () => { socket.destroy() })
+    await once(socket, 'connect')
+    const body = JSON.stringify({ arguments: { command: 'sleep 1.5; echo late' } })
+    let received = ''
+    socket.on('data', (chunk: Buffer) => { received += chunk.toString() })
+    socket.write(`GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\nPOST /v1/tools/exec_shell/execute HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`)
+    for (const deadline = Date.now() + 10_000; !received.includes('late') && !socket.destroyed && Date.now() < deadline;) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(received).toContain('"stdout":"late\\n"')
+
+    // About 16 MB, read a little every 200 ms for 3 s, six times the limit: slow, never stalled, never cut.
+    await exec(app, 'write_file', { path: 'big.txt', content: 'q'.repeat(60_000) }, { workspace: 'slow' })
+    const batch = JSON.stringify({ workspace: 'slow', parallel: true, calls: Array.from({ length: 256 }, (_, i) => ({ id: `c${i}`, name: 'read_file', arguments: { path: 'big.txt' } })) })
+    const reader = await neverReading(port, 'POST /v1/tool-calls HTTP/1.1\r\ncontent-type: application/json', batch)
+    let bytes = 0
+    for (let round = 0; round < 15; round++) {
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      for (let chunk = reader.read() as Buffer | null; chunk !== null; chunk = reader.read() as Buffer | null) bytes += chunk.length
+    }
+    expect(reader.destroyed || reader.readableEnded).toBe(false)
+    expect(bytes).toBeGreaterThan(0)
+  })
+
+  it('has an answer it stopped reading cut also when it waited its turn behind a pipelined call', async () => {
+    const app = await buildTestApp({ server: { request_timeout_ms: 1000 } })
+    await exec(app, 'write_file', { path: 'big.txt', content: 'q'.repeat(60_000) }, { workspace: 'stall' })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as net.AddressInfo
+    const slow = JSON.stringify({ arguments: { command: 'sleep 1.5' } })
+    const batch = JSON.stringify({ workspace: 'stall', parallel: true, calls: Array.from({ length: 256 }, (_, i) => ({ id: `c${i}`, name: 'read_file', arguments: { path: 'big.txt' } })) })
+    await neverReading(port, `POST /v1/tools/exec_shell/execute HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${slow.length}\r\n\r\n${slow}POST /v1/tool-calls HTTP/1.1\r\ncontent-type: application/json`, batch)
+    await new Promise((resolve) => setTimeout(resolve, 2500))
+    expect(await cutWithin(app, 10_000)).toBe(true)
+  })
+
+  it('has a process\'s event stream it stopped reading cut too', async () => {
+    const app = await buildTestApp({ server: { request_timeout_ms: 1000 }, tools: { builtin: ['*'] } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as net.AddressInfo
+    const started = await app.inject({ method: 'POST', url: '/v1/workspaces/stream/processes', payload: { command: 'yes | head -c 30000000; sleep 60' } })
+    expect(started.statusCode).toBe(201)
+    await neverReading(port, `GET /v1/workspaces/stream/processes/${started.json().id as string}/output HTTP/1.1\r\naccept: text/event-stream`)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect(await connections(app)).toBe(1)
+    expect(await cutWithin(app, 10_000)).toBe(true)
   })
 })

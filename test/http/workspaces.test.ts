@@ -19,9 +19,21 @@ const request = async (app: App, method: 'GET' | 'POST' | 'PUT' | 'DELETE', url:
 }
 
 /** PUTs `archive` to the workspace `id` in two halves, running `between` after the first: its answer. */
+/** The staging directories of `app`'s uploads. */
+const stagings = async (app: App): Promise<string[]> => await readdir(app.runtime.workspaces.stagingDir).catch(() => [])
+
+/** Resolves once an upload's staging directory not among `before` is there (at most 10 s). */
+async function staged (app: App, before: string[]): Promise<void> {
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline; await new Promise((resolve) => setTimeout(resolve, 20))) {
+    if ((await stagings(app)).some((name) => !before.includes(name))) return
+  }
+  throw new Error('the upload was not staged within 10 s')
+}
+
 async function uploadInHalves (app: App, id: string, archive: Buffer, between: () => Promise<void>): Promise<{ status: number, body: Record<string, unknown> }> {
   const address = app.server.address()
   const base = address !== null && typeof address === 'object' ? `http://127.0.0.1:${address.port}` : await listening(app)
+  const before = await stagings(app)
   return new Promise((resolve, reject) => {
     const upload = http.request(`${base}/v1/workspaces/${id}/archive`, { method: 'PUT', headers: { 'content-type': 'application/gzip', 'content-length': archive.length } }, (response) => {
       let text = ''
@@ -29,8 +41,9 @@ async function uploadInHalves (app: App, id: string, archive: Buffer, between: (
       response.on('end', () => resolve({ status: response.statusCode ?? 0, body: JSON.parse(text) as Record<string, unknown> }))
     })
     upload.on('error', reject)
+    // `between` runs once the service is reading the archive (its staging directory is made, the workspace held by then).
     upload.write(archive.subarray(0, archive.length >> 1), () => {
-      setTimeout(() => { between().then(() => upload.end(archive.subarray(archive.length >> 1)), reject) }, 200)
+      staged(app, before).then(between).then(() => upload.end(archive.subarray(archive.length >> 1)), reject)
     })
   })
 }

@@ -7,12 +7,14 @@
  */
 import http from 'node:http'
 import net from 'node:net'
+import { readdir, readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { freePort, type RunningServer, startServer, waitReady } from '../support/server-process.ts'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { alive, processesWith, survivorsWith, uniqueSleepSeconds } from '../support/processes.ts'
 import { tempDir } from '../support/temp.ts'
+import { WorkspaceLayout } from '../../src/workspaces/meta.ts'
 
 type Json = Record<string, any>
 
@@ -20,9 +22,10 @@ const TOKENS = [{ token: 'token-acme', tenant: 'acme' }, { token: 'token-other',
 
 interface Instance { server: RunningServer, port: number }
 
-async function instance (root: string, name: string, port?: number, workspaces: Json = {}, advertised?: number): Promise<Instance> {
+async function instance (root: string, name: string, port?: number, workspaces: Json = {}, advertised?: number, serverConfig: Json = {}): Promise<Instance> {
   const chosen = port ?? await freePort()
   const config = {
+    server: serverConfig,
     workspaces: { root, ephemeral_root: path.join(path.dirname(root), `ephemeral-${name}`), ...workspaces },
     auth: { tokens: TOKENS },
     tools: { builtin: ['*'] },
@@ -301,6 +304,57 @@ except Exception as e: print('unreachable', e)"`
     expect((await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w2' })).body['result'].stdout).toContain('unreachable')
   }, 60_000)
 
+  it('starts the first processes of a workspace, asked through two instances at the same moment, on one of them (one network)', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b')
+    const owners = async (workspace: string): Promise<string[]> => {
+      const dir = new WorkspaceLayout(root).processesDir('acme', workspace)
+      const names = (await readdir(dir)).filter((name) => name.endsWith('.json'))
+      return [...new Set(await Promise.all(names.map(async (name) => (JSON.parse(await readFile(path.join(dir, name), 'utf8')) as Json)['owner'] as string)))]
+    }
+    const command = `sleep ${uniqueSleepSeconds()}`
+    for (let round = 0; round < 6; round++) {
+      // Through the endpoint, and through the tool.
+      const [viaA, viaB] = await Promise.all([a, b].map(async (at) => await call(at, 'POST', `/v1/workspaces/rest${round}/processes`, { command })))
+      expect([viaA?.status, viaB?.status]).toEqual([201, 201])
+      expect(await owners(`rest${round}`)).toHaveLength(1)
+      const tools = await Promise.all([a, b].map(async (at) => await call(at, 'POST', '/v1/tools/process_start/execute', { arguments: { command, yield_ms: 0 }, workspace: `tool${round}` })))
+      expect(tools.map((each) => each.body['result']?.state)).toEqual(['running', 'running'])
+      expect(await owners(`tool${round}`)).toHaveLength(1)
+    }
+
+    // So do they where the instance that ran the workspace's processes died (its records still say it runs them).
+    const c = await instance(root, 'c')
+    for (let round = 0; round < 8; round++) expect((await call(c, 'POST', `/v1/workspaces/dead${round}/processes`, { command })).status).toBe(201)
+    c.server.child.kill('SIGKILL')
+    await c.server.exited
+    for (let round = 0; round < 8; round++) {
+      const [viaA, viaB] = await Promise.all([a, b].map(async (at) => await call(at, 'POST', `/v1/workspaces/dead${round}/processes`, { command })))
+      expect([viaA?.status, viaB?.status]).toEqual([201, 201])
+      expect((await owners(`dead${round}`)).filter((owner) => owner !== `http://127.0.0.1:${c.port}`)).toHaveLength(1)
+    }
+  }, 60_000)
+
+  it('answers a start that another instance\'s deletion of its workspace overtook as NotFound, never a 500', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b')
+    const command = `sleep ${uniqueSleepSeconds()}`
+    for (let round = 0; round < 12; round++) {
+      expect((await call(a, 'POST', '/v1/workspaces', { id: `gone${round}` })).status).toBe(201)
+      const [start, deleted] = await Promise.all([
+        round % 2 === 0
+          ? call(a, 'POST', `/v1/workspaces/gone${round}/processes`, { command })
+          : call(a, 'POST', '/v1/tools/process_start/execute', { arguments: { command, yield_ms: 0 }, workspace: `gone${round}` }),
+        call(b, 'DELETE', `/v1/workspaces/gone${round}`),
+      ])
+      expect(deleted.status).toBe(204)
+      expect([200, 201, 404], JSON.stringify(start.body)).toContain(start.status)
+    }
+    expect(a.server.output()).not.toContain('"level":50')
+  }, 60_000)
+
   it('answers a call whose instance stopped answering during it as a failure of unknown outcome, which a retry under its Idempotency-Key does not run again', async () => {
     const root = path.join(await tempDir('toolport-shared-'), 'root')
     const a = await instance(root, 'a')
@@ -326,6 +380,29 @@ except Exception as e: print('unreachable', e)"`
     expect(retried.headers.get('idempotent-replayed')).toBe('true')
     expect(retried.status).toBe(500)
     expect(await count()).toBe('ran\n')
+  }, 60_000)
+
+  it('cuts a call it forwarded to the instance that runs the workspace\'s processes when its own drain runs out: 503 with Retry-After, and the command there ends', async () => {
+    const root = path.join(await tempDir('toolport-shared-'), 'root')
+    const a = await instance(root, 'a')
+    const b = await instance(root, 'b', undefined, {}, undefined, { drain_timeout_ms: 500 })
+    expect((await call(a, 'POST', '/v1/workspaces/w6/processes', { command: `sleep ${uniqueSleepSeconds()}` })).status).toBe(201)
+    const marker = uniqueSleepSeconds()
+    const forwarded = call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: `sleep ${marker}` }, workspace: 'w6' })
+    // A process it started there outlives the cut: not a 503 that invites starting it again.
+    const build = uniqueSleepSeconds()
+    const started = call(b, 'POST', '/v1/tools/process_start/execute', { arguments: { command: `sleep ${build}`, yield_ms: 20_000 }, workspace: 'w6' })
+    for (let round = 0; round < 100 && (processesWith(marker).length === 0 || processesWith(build).length === 0); round++) await sleep(50)
+    expect(processesWith(marker)).not.toEqual([])
+    b.server.child.kill('SIGTERM')
+    expect(await forwarded).toMatchObject({ status: 503, body: { code: 'Overloaded', detail: expect.stringContaining('shutting down') } })
+    expect(await started).toMatchObject({ status: 500, body: { code: 'ExecutionFailed', detail: expect.stringContaining('the process may have started there') } })
+    expect(processesWith(build)).not.toEqual([])
+    expect((await b.server.exited).code).toBe(0)
+    // The call's own connection to `a` closed with it: `a` ended the command, as a client that leaves ends one.
+    for (let round = 0; round < 100 && processesWith(marker).length > 0; round++) await sleep(50)
+    expect(processesWith(marker)).toEqual([])
+    expect(b.server.output()).not.toContain('AbortError')
   }, 60_000)
 
   it('takes a workspace another instance deleted a moment ago as gone at once: absent, or made afresh by a call', async () => {

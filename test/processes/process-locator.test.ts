@@ -11,6 +11,7 @@ import http from 'node:http'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { ToolError } from '../../src/errors.ts'
+import type { ProcessInfo } from '../../src/processes/managed-process.ts'
 import { INSTANCE_HEADER, Peers } from '../../src/processes/peers.ts'
 import { type Asker, ProcessLocator } from '../../src/processes/process-locator.ts'
 import { type ProcessRecord, ProcessRecords } from '../../src/processes/process-records.ts'
@@ -30,6 +31,10 @@ async function setUp () {
   const locator = (lostAfterMs: number) => new ProcessLocator({ table: app.runtime.processes, records, peers, self: null, keepEnded: 10, longestCallMs: 1000, lostAfterMs })
   return { records, record, asker, locator, close: () => peers.close() }
 }
+
+/** Starts `true` where the workspace's processes run: the process started elsewhere, or 'here'. */
+const startAtHome = (locator: ProcessLocator, asker: Asker): Promise<ProcessInfo | 'here'> =>
+  locator.startAtHome<ProcessInfo | 'here'>(asker, { there: async (owner) => await locator.startThere(owner, { command: 'true' }, asker), here: async () => 'here' })
 
 describe('a process whose instance does not answer', () => {
   it('is lost in each answer, and lost for good only once its instance has not answered through lostAfterMs', async () => {
@@ -79,11 +84,11 @@ describe('a process whose instance does not answer', () => {
     const { records, record, locator, close } = await setUp()
     const certain = locator(0)
     await records.write('default', { ...record, instance: 'run-2' }, { update: true })
-    certain.markLost('default', record)
+    certain.silences.markLost('default', record)
     await sleep(100)
     expect(await records.read('default', 'w', record.id)).toEqual({ ...record, instance: 'run-2' })
     await records.remove('default', 'w', record.id)
-    certain.markLost('default', record)
+    certain.silences.markLost('default', record)
     await sleep(100)
     expect(await records.read('default', 'w', record.id)).toBeNull()
     expect(await records.list('default', 'w')).toEqual([])
@@ -102,7 +107,7 @@ describe('a process whose instance does not answer', () => {
     })
     await new Promise<void>((resolve) => home.listen(Number(new URL(record.owner ?? '').port), '127.0.0.1', resolve))
     try {
-      const refused = await locator(60_000).startAtHome({ command: 'true' }, asker).catch((error: unknown) => error)
+      const refused = await startAtHome(locator(60_000), asker).catch((error: unknown) => error)
       expect(refused).toBeInstanceOf(ToolError)
       expect(refused).toMatchObject({ code: 'Overloaded', message: 'the service is shutting down', retryAfterSeconds: 7 })
     } finally {
@@ -119,7 +124,7 @@ describe('a process whose instance does not answer', () => {
     const unhealthy = http.createServer((_request, response) => { asked++; response.writeHead(503).end('{}') })
     await new Promise<void>((resolve) => unhealthy.listen(Number(new URL(record.owner ?? '').port), '127.0.0.1', resolve))
     try {
-      expect(await locator(60_000).startAtHome({ command: 'true' }, asker)).toBeUndefined()
+      expect(await startAtHome(locator(60_000), asker)).toBe('here')
       expect(asked).toBe(1)
     } finally {
       unhealthy.closeAllConnections()

@@ -3,7 +3,7 @@
  * running ones found from their markers alone (an instance asks this before
  * every command call in a workspace, so it must not read every record kept).
  */
-import { readdir, rm } from 'node:fs/promises'
+import { mkdir, readdir, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { type ProcessRecord, ProcessRecords } from '../../src/processes/process-records.ts'
@@ -51,5 +51,57 @@ describe('process records', () => {
     // The old process ends on its instance, which writes its end.
     await records.write('acme', record(1, { ended_at: new Date().toISOString() }), { update: true })
     expect((await records.list('acme', 'w')).map((each) => each.id)).toEqual([record(2).id])
+  })
+})
+
+describe('the home lock', () => {
+  it('lets one holder at a time look and start, across instances (two stores on one root), and takes over one left by a dead holder', async () => {
+    const root = await tempDir('toolport-home-lock-')
+    const [one, two] = [new ProcessRecords(() => root, { staleLockMs: 300 }), new ProcessRecords(() => root, { staleLockMs: 300 })]
+    const order: string[] = []
+    const release = await one.holdHome('acme', 'w')
+    const waiting = two.holdHome('acme', 'w').then((releaseTwo) => { order.push('two holds'); return releaseTwo })
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    order.push('one releases')
+    await release()
+    await (await waiting)()
+    expect(order).toEqual(['one releases', 'two holds'])
+    // Other workspaces and tenants have their own; none leaves a directory behind, nor makes the workspace's records'.
+    await Promise.all([(await one.holdHome('acme', 'v'))(), (await two.holdHome('other', 'w'))()])
+    const layout = new WorkspaceLayout(root)
+    expect(await readdir(path.dirname(layout.homeLock('acme', 'w')))).toEqual([])
+    await expect(readdir(layout.processesDir('acme', 'w'))).rejects.toThrow(/ENOENT/)
+
+    // A holder that died holding it (nothing touches it): once it has not changed for the stale time, one waiter
+    // of several takes it over, and they hold it one at a time.
+    const lock = layout.homeLock('acme', 'w')
+    await mkdir(lock)
+    let holding = 0
+    let most = 0
+    await Promise.all(Array.from({ length: 6 }, async (_, i) => {
+      const release = await (i % 2 === 0 ? one : two).holdHome('acme', 'w')
+      most = Math.max(most, ++holding)
+      await new Promise((resolve) => setTimeout(resolve, 30))
+      holding--
+      await release()
+    }))
+    expect(most).toBe(1)
+    expect(await readdir(path.dirname(lock))).toEqual([])
+
+    // A holder that holds it longer than the stale time keeps it: it touches it.
+    const long = await one.holdHome('acme', 'w')
+    const next = two.holdHome('acme', 'w')
+    const settled = await Promise.race([next.then(() => 'taken'), new Promise((resolve) => setTimeout(() => resolve('waiting'), 2500))])
+    expect(settled).toBe('waiting')
+    await long()
+    await (await next)()
+
+    // A waiter whose caller left stops waiting.
+    const held = await one.holdHome('acme', 'w')
+    const left = new AbortController()
+    const waiter = two.holdHome('acme', 'w', left.signal)
+    left.abort(new Error('left'))
+    await expect(waiter).rejects.toThrow('left')
+    await held()
   })
 })

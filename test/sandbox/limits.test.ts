@@ -30,6 +30,12 @@ describe('resource limits', () => {
     expect(limitPrefix('/usr/bin/prlimit', { cpuSeconds: 42, maxFileBytes: 1, maxProcesses: 9, maxMemoryBytes: 2 })).toEqual(['/usr/bin/prlimit', '--cpu=42', '--fsize=1', '--nproc=9', '--data=2', '--'])
   })
 
+  it('runs under the largest max_processes the config takes (bwrap\'s own processes on top of it are past what Linux takes)', async () => {
+    const app = await buildTestApp({ sandbox: { mode: 'bwrap', max_processes: 4 * 1024 * 1024 } })
+    const answer = await exec(app, 'exec_shell', { command: 'echo ran' })
+    expect(answer.body.result).toMatchObject({ exit_code: 0, stdout: 'ran\n' })
+  })
+
   it.each(['none', 'bwrap'])('gives the command exactly the configured limits (sandbox %s)', async (mode) => {
     const app = await buildTestApp({ sandbox: { mode, ...LIMITS } })
     const answer = await exec(app, 'exec_shell', { command: 'cat /proc/self/limits' })

@@ -7,6 +7,7 @@
  * it has been idle. On /mcp the session's workspace shares one network from
  * its first process on.
  */
+import { spawnSync } from 'node:child_process'
 import { readdirSync, readlinkSync } from 'node:fs'
 import { mkdtemp, realpath } from 'node:fs/promises'
 import net from 'node:net'
@@ -185,5 +186,24 @@ describe('one network per workspace (bubblewrap, network off)', () => {
     networks.close()
     expect(await joining).toBeUndefined()
     expect(namespaces()).toEqual(before)
+  })
+})
+
+describe('a workspace network that cannot be made', () => {
+  it('fails the command that needed it, not the service, when no descriptor is left for bubblewrap\'s pipes', () => {
+    // In a process of its own, whose descriptors this fills up: an unhandled rejection there would end it.
+    const script = `
+      import { openSync } from 'node:fs'
+      import { WorkspaceNetworks } from ${JSON.stringify(new URL('../../src/sandbox/workspace-network.ts', import.meta.url).pathname)}
+      const networks = new WorkspaceNetworks({ sharedByEveryCommand: () => true })
+      const held = []
+      try { for (;;) held.push(openSync('/dev/null', 'r')) } catch {}
+      const failed = await networks.join('/nowhere', true).then(() => 'made', (error) => error.code)
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      console.log(failed, 'alive')
+    `
+    const run = spawnSync('prlimit', ['--nofile=64:64', process.execPath, '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 20_000 })
+    expect(run.stderr).toBe('')
+    expect(run.stdout.trim()).toBe('EMFILE alive')
   })
 })

@@ -178,3 +178,29 @@ describe('request bodies', () => {
     expect(post.json()).toMatchObject({ code: 'BadRequest', detail: expect.stringContaining('empty') })
   })
 })
+
+describe('tenants sharing the service limiter', () => {
+  it('a tenant that fills the queue does not shut another out: the other takes the place of its newest call, and the next free slot', async () => {
+    const tokens = [{ token: 'hog', tenant: 'hog' }, { token: 'other', tenant: 'other' }]
+    const app = await buildTestApp({ auth: { tokens }, limits: { max_concurrent: 1, max_queue: 2, queue_timeout_ms: 20_000 } })
+    const call = (token: string, command: string) => app.inject({
+      method: 'POST',
+      url: '/v1/tools/exec_shell/execute',
+      headers: { authorization: `Bearer ${token}` },
+      payload: { arguments: { command } },
+    })
+    const order: string[] = []
+    const noted = async (name: string, answer: ReturnType<typeof call>): Promise<number> => {
+      const { statusCode } = await answer
+      order.push(`${name} ${statusCode}`)
+      return statusCode
+    }
+    const running = noted('hog running', call('hog', 'sleep 1'))
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const queued = [noted('hog 1', call('hog', 'true')), noted('hog 2', call('hog', 'true'))]
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const other = noted('other', call('other', 'true'))
+    await Promise.all([running, ...queued, other])
+    expect(order).toEqual(['hog 2 503', 'hog running 200', 'other 200', 'hog 1 200'])
+  })
+})

@@ -126,6 +126,13 @@ describe('executable tool calls', () => {
     const deep = await exec(app, 'deep_out', {})
     expect(deep.status).toBe(200)
     expect(deep.body.result).toMatch(/^\[{5000}1\]{5000}$/)
+    // So is JSON whose numbers a double cannot keep (a 64-bit id, 34 digits, past a double): never changed in silence.
+    const lossy = '{"id":1234567890123456789,"amount":0.1000000000000000055511151231257827,"huge":1e400}'
+    await placeTool(dir, 'lossy', shTool(describeJson('lossy_out'), `printf '%s' '${lossy}'`))
+    await placeTool(dir, 'exact', shTool(describeJson('exact_out'), 'printf \'%s\' \'{"id":9007199254740991,"f":1.50,"e":-1.25E+3,"z":-0.0,"n":123e-2}\''))
+    await eventually(async () => (await catalogNames(app)).includes('lossy_out') && (await catalogNames(app)).includes('exact_out'))
+    expect((await exec(app, 'lossy_out', {})).body.result).toBe(lossy)
+    expect((await exec(app, 'exact_out', {})).body.result).toEqual({ id: 9007199254740991, f: 1.5, e: -1250, z: 0, n: 1.23 })
   })
 
   it('keeps of stdout four times the result limit: a longer output is its text, cut, never parsed; arguments too long to pass are 400', async () => {

@@ -45,6 +45,11 @@ describe('MCP servers over stdio', () => {
     const long = expectProblem(await exec(app, 'fx__fail', { repeat: 1000 }), 500, 'ExecutionFailed', 'fx__fail')
     expect(String(long['detail']).startsWith(FAIL_TEXT + FAIL_TEXT)).toBe(true)
     expect(Buffer.byteLength(String(long['detail']))).toBeLessThanOrEqual(4096 + 3)
+    // JSON-RPC's server errors share their codes with the SDK's own timeout (-32001) and closed connection
+    // (-32000): a server that sends one failed, in its own words, and answered in time.
+    for (const code of [-32000, -32001, -32099]) {
+      expect(expectProblem(await exec(app, 'fx__fail', { code }), 500, 'ExecutionFailed', 'fx__fail')['detail']).toBe(`MCP server fx: ${FAIL_TEXT}`)
+    }
   })
 
   it('keeps serving when other servers fail to start; /readyz and /metrics report each one', async () => {

@@ -16,11 +16,12 @@ import { boundedFetch, MAX_MESSAGE_BYTES } from '../../src/sources/mcp-fetch.ts'
 import { capturingLogger, eventually, isAlive } from './helpers.ts'
 import { FIXTURE, mcpApp, textOf } from './mcp-helpers.ts'
 
-interface Hostile { url: string, written: () => number, openAnswers: () => number }
+interface Hostile { url: string, written: () => number, openAnswers: () => number, notifications: string[] }
 
 /** A Streamable HTTP server (stateless, JSON answers) whose tools answer as `answer` says; tools/list pages forever with `endlessCursors`. */
 async function hostileServer (options: { endlessCursors?: boolean, redirect?: boolean } = {}): Promise<Hostile> {
   let written = 0
+  const notifications: string[] = []
   const open = new Set<http.ServerResponse>()
   const tools = ['flood_json', 'flood_event', 'keepalive', 'bad_result'].map((name) => ({ name, inputSchema: { type: 'object' } }))
   const chunk = Buffer.alloc(256 * 1024, 'a')
@@ -51,6 +52,7 @@ async function hostileServer (options: { endlessCursors?: boolean, redirect?: bo
     request.on('end', () => {
       const message = JSON.parse(Buffer.concat(body).toString('utf8')) as { id?: number, method: string, params?: { name?: string, cursor?: string, protocolVersion?: string } }
       if (message.id === undefined) {
+        notifications.push(message.method)
         response.writeHead(202).end()
         return
       }
@@ -85,7 +87,7 @@ async function hostileServer (options: { endlessCursors?: boolean, redirect?: bo
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   onCleanup(() => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()) }))
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`, written: () => written, openAnswers: () => open.size }
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`, written: () => written, openAnswers: () => open.size, notifications }
 }
 
 describe('an HTTP MCP server whose answer never ends', () => {
@@ -132,19 +134,35 @@ describe('an HTTP MCP server whose answer never ends', () => {
   })
 })
 
+/** An MCP source of `upstream` with a connect timeout of `connectTimeoutMs`, started (closed after the test), and its log lines. */
+async function startedSource (upstream: Hostile, connectTimeoutMs: number): Promise<{ source: McpClientSource, lines: ReturnType<typeof capturingLogger>['lines'] }> {
+  const { log, lines } = capturingLogger()
+  const config = parseConfig({ tools: { mcp_servers: { h: { url: upstream.url } } } }).tools.mcp_servers['h']
+  if (!config) throw new Error('no config')
+  const source = new McpClientSource({ name: 'h', config, log, onChange: () => {}, connectTimeoutMs })
+  onCleanup(() => source.close())
+  await source.start()
+  return { source, lines }
+}
+
 describe('a server whose tools/list cursors never end', () => {
   it('is down once the listing has taken its connect timeout, saying why', async () => {
     const upstream = await hostileServer({ endlessCursors: true })
-    const { log, lines } = capturingLogger()
-    const config = parseConfig({ tools: { mcp_servers: { loop: { url: upstream.url } } } }).tools.mcp_servers['loop']
-    if (!config) throw new Error('no config')
     // A tenth of a second: far less than the bound of pages takes (test/sources/mcp-client.test.ts), which is then not reached.
-    const source = new McpClientSource({ name: 'loop', config, log, onChange: () => {}, connectTimeoutMs: 100 })
-    onCleanup(() => source.close())
-    await source.start()
+    const { source, lines } = await startedSource(upstream, 100)
     expect(source.state).toBe('down')
     expect(source.lastError).toMatch(/^listing the tools took longer than 0\.1 s \(\d+ pages, \d+ tools so far\)$/)
     expect(lines.some((line) => line.msg === 'MCP server unavailable; retrying in the background')).toBe(true)
+  })
+})
+
+describe('a listing', () => {
+  it('cancels none of its requests once it is over, when its deadline passes', async () => {
+    const upstream = await hostileServer()
+    const { source } = await startedSource(upstream, 200)
+    expect(source.state).toBe('up')
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    expect(upstream.notifications).not.toContain('notifications/cancelled')
   })
 })
 

@@ -25,6 +25,8 @@ describe('memory tools', () => {
     expect(await memoryWriteTool.execute({ content: 'alpha' }, ctx)).toEqual({ message: 'Successfully wrote 5 bytes to memory (mode: append)', path: 'memory/MEMORY.md' })
     await memoryWriteTool.execute({ content: 'beta\n' }, ctx)
     await memoryWriteTool.execute({ content: 'gamma' }, ctx)
+    // Appending nothing adds nothing: no blank paragraph.
+    expect(await memoryWriteTool.execute({ content: '' }, ctx)).toMatchObject({ message: 'Successfully wrote 0 bytes to memory (mode: append)' })
     expect(await memoryReadTool.execute({}, ctx)).toEqual({ content: 'alpha\n\nbeta\n\ngamma' })
     await memoryWriteTool.execute({ content: 'fresh', mode: 'overwrite' }, ctx)
     expect(await readFile(path.join(ctx.workspaceDir, 'memory', 'MEMORY.md'), 'utf8')).toBe('fresh')

@@ -108,6 +108,10 @@ describe('message', () => {
     const problem = expectProblem(await exec(app, 'message', { channel: 'telegram', chat_id: '1', content: 'x' }), 400, 'InvalidArgs', 'message')
     expect(problem['detail']).toMatch(/telegram/)
     expect(problem['detail']).toMatch(/alerts, ops/)
+    // Names every object has are no channel either: never "sent" to nowhere.
+    for (const channel of ['toString', '__proto__', 'constructor']) {
+      expectProblem(await exec(app, 'message', { channel, chat_id: '1', content: 'x' }), 400, 'InvalidArgs', 'message')
+    }
   })
 
   it('is absent from the catalog without channels, present with one', async () => {

@@ -25,6 +25,8 @@ interface Env {
 }
 
 const ENVELOPE = { _truncated_json: expect.any(String), _original_bytes: expect.any(Number) }
+/** The envelope of a result the tool gave only the start of (it read a bounded part): its whole size is not known. */
+const PARTIAL = { _truncated_json: expect.any(String) }
 /** A path of about 400 characters: a message that names it does not fit 256 bytes. */
 const LONG_PATH = `${'d'.repeat(120)}/${'e'.repeat(120)}/${'f'.repeat(120)}/file.txt`
 
@@ -71,7 +73,9 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
     const cutLine = await run('read_file', { path: 'long.txt', offset: 1 }, 300)
     expect(cutLine.result).toMatchObject({ offset: 1, lines: 1, next_offset: 2, line_truncated: true })
     expect(cutLine.truncated).toBe(true)
-    expect(await run('read_file', { path: 'long.txt' }, 300)).toEqual({ result: ENVELOPE, truncated: true })
+    expect(await run('read_file', { path: 'long.txt' }, 300)).toEqual({ result: PARTIAL, truncated: true })
+    // A file the limit (and a byte) carries whole: the size of the whole result is known.
+    expect(await run('read_file', { path: 'lines.txt' }, 256)).toEqual({ result: { content: expect.any(String) }, truncated: false })
   },
   async write_file ({ run }) {
     expect((await run('write_file', { path: 'a.txt', content: 'hello' })).result).toEqual({ message: 'Successfully wrote 5 bytes to a.txt' })
@@ -119,8 +123,8 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
     expect((await run('memory_read', {})).result).toEqual({ content: 'the cat sat\n\nthe dog ran' })
     expect((await run('memory_read', { query: 'DOG' })).result).toEqual({ query: 'DOG', matches: ['the dog ran'], count: 1 })
     await run('memory_write', { content: 'm'.repeat(2000) })
-    expect(await run('memory_read', {}, 300)).toEqual({ result: ENVELOPE, truncated: true })
-    expect(await run('memory_read', { query: 'm' }, 300)).toEqual({ result: ENVELOPE, truncated: true })
+    expect(await run('memory_read', {}, 300)).toEqual({ result: PARTIAL, truncated: true })
+    expect(await run('memory_read', { query: 'm' }, 300)).toEqual({ result: PARTIAL, truncated: true })
   },
   async memory_write ({ run }) {
     expect((await run('memory_write', { content: 'note' })).result).toEqual({ message: 'Successfully wrote 4 bytes to memory (mode: append)', path: 'memory/MEMORY.md' })
@@ -132,7 +136,7 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
     await run('write', { file_path: 'big.txt', content: 'r'.repeat(60_000) })
     const long = await run('read', { file_path: 'big.txt' })
     expect(long.result['content']).toMatch(/\(output truncated: 60000 total chars, showing first 50000\)$/)
-    expect(await run('read', { file_path: 'big.txt' }, 300)).toEqual({ result: ENVELOPE, truncated: true })
+    expect(await run('read', { file_path: 'big.txt' }, 300)).toEqual({ result: PARTIAL, truncated: true })
   },
   async write ({ run }) {
     expect((await run('write', { file_path: 'a.txt', content: 'hello' })).result).toEqual({ content: 'Wrote 5 bytes to a.txt', bytes: 5 })
@@ -180,9 +184,9 @@ const CASES: Record<string, (env: Env) => Promise<void>> = {
     expect((await run('process_input', { process_id: result['process_id'], input: 'x\n', eof: true, wait_ms: 5000 })).result).toMatchObject({ output: 'x\n', next: 2 })
   },
   async process_kill ({ run }) {
-    const { result } = await run('process_start', { command: 'echo a; touch written; sleep 60', yield_ms: 0 })
-    // Killed once it has written (a kill sent at once may land before the echo runs).
-    await run('exec_shell', { command: 'while [ ! -e written ]; do sleep 0.01; done' })
+    // It writes once the start has answered (or the start would return its output), and is killed once it has.
+    const { result } = await run('process_start', { command: 'while [ ! -e go ]; do sleep 0.01; done; echo a; touch written; sleep 60', yield_ms: 0 })
+    await run('exec_shell', { command: 'touch go; while [ ! -e written ]; do sleep 0.01; done' })
     expect((await run('process_kill', { process_id: result['process_id'], signal: 'KILL' })).result).toMatchObject({ state: 'killed', output: 'a\n', next: 2 })
   },
   async process_list ({ run }) {

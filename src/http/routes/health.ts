@@ -4,6 +4,7 @@ import { Type } from '@sinclair/typebox'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
 import { INSTANCE_HEADER } from '../../processes/peers.ts'
+import { problems } from '../schemas.ts'
 
 export const healthRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   app.get('/healthz', {
@@ -19,11 +20,20 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = asy
   })
 
   app.get('/readyz', {
-    schema: { summary: 'Readiness: 200 when serving; 503 while starting or draining', tags: ['operations'] },
+    schema: {
+      summary: 'Readiness: 200 when serving; 503 while starting or draining',
+      tags: ['operations'],
+      response: {
+        200: Type.Object({ status: Type.Literal('ready'), sandbox: Type.String(), mcp_servers: Type.Record(Type.String(), Type.String()) }),
+        ...problems(503),
+      },
+    },
+    // What an orchestrator polls from the start: written by JSON.stringify, as /healthz's answer is.
+    serializerCompiler: () => JSON.stringify,
     exposeHeadRoute: true,
   }, async () => {
     const state = { sandbox: runtime.runner?.mode ?? 'unknown', mcp_servers: runtime.mcpStates() }
-    if (runtime.readiness === 'ready') return { status: 'ready', ...state }
+    if (runtime.readiness === 'ready') return { status: 'ready' as const, ...state }
     throw new ToolError('Overloaded', `the service is ${runtime.readiness}`, { extra: { readiness: runtime.readiness, ...state } })
   })
 

@@ -42,8 +42,8 @@ export function endStream (request: FastifyRequest, reply: FastifyReply, info: P
  * false then. A client that leaves ends it too, as it would any stream; so
  * does `stop` (this instance is stopping), without an end.
  */
-export async function relayEvents (request: FastifyRequest, reply: FastifyReply, body: AsyncIterable<Buffer>, { lost, stop }: { lost: ProcessInfo, stop: AbortSignal }): Promise<boolean> {
-  const { raw, gone, send } = openStream(request, reply)
+export async function relayEvents (request: FastifyRequest, reply: FastifyReply, body: AsyncIterable<Buffer>, { lost, stop, stalledAfterMs }: { lost: ProcessInfo, stop: AbortSignal, stalledAfterMs: number }): Promise<boolean> {
+  const { raw, gone, send } = openStream(request, reply, stalledAfterMs)
   let partial = Buffer.alloc(0)
   try {
     for await (const chunk of body) {
@@ -73,7 +73,7 @@ export async function relayEvents (request: FastifyRequest, reply: FastifyReply,
  * when the client leaves or its token is revoked; `send` waits while the
  * client is behind.
  */
-function openStream (request: FastifyRequest, reply: FastifyReply): { raw: FastifyReply['raw'], gone: AbortSignal, send: (data: string | Buffer) => Promise<void> } {
+function openStream (request: FastifyRequest, reply: FastifyReply, stalledAfterMs: number): { raw: FastifyReply['raw'], gone: AbortSignal, send: (data: string | Buffer) => Promise<void> } {
   reply.hijack()
   const raw = reply.raw
   raw.writeHead(200, eventStreamHeaders(request))
@@ -82,8 +82,13 @@ function openStream (request: FastifyRequest, reply: FastifyReply): { raw: Fasti
   const gone = callerOf(request, reply).signal
   if (gone.aborted) raw.end()
   else gone.addEventListener('abort', () => { raw.end() }, { once: true })
+  // A client that takes nothing of the stream for `stalledAfterMs` (request_timeout_ms) would hold its bytes and
+  // socket for good (through the process's end and its workspace's deletion): it is cut, as any answer is (app.ts).
   const send = async (data: string | Buffer): Promise<void> => {
-    if (!raw.write(data)) await once(raw, 'drain', { signal: gone }).catch(() => {})
+    if (raw.write(data)) return
+    const stalled = AbortSignal.timeout(stalledAfterMs)
+    await once(raw, 'drain', { signal: AbortSignal.any([gone, stalled]) }).catch(() => {})
+    if (stalled.aborted && !gone.aborted) raw.destroy()
   }
   return { raw, gone, send }
 }
@@ -99,8 +104,8 @@ function eventStreamHeaders (request: FastifyRequest): Record<string, string> {
 
 const endEvent = (info: ProcessInfo): string => `event: end\ndata: ${JSON.stringify(info)}\n\n`
 
-export async function streamOutput (request: FastifyRequest, reply: FastifyReply, process: ManagedProcess, from: number, maxBytes: number): Promise<void> {
-  const { raw, gone, send } = openStream(request, reply)
+export async function streamOutput (request: FastifyRequest, reply: FastifyReply, process: ManagedProcess, from: number, maxBytes: number, stalledAfterMs: number): Promise<void> {
+  const { raw, gone, send } = openStream(request, reply, stalledAfterMs)
   let cursor = from
   let lastSent = Date.now()
   while (!gone.aborted) {

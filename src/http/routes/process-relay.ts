@@ -23,6 +23,8 @@ export interface RelayTarget {
    * owner; a POST (input, a kill) it may have acted on is let finish, never to be sent twice.
    */
   stop: AbortSignal
+  /** How long a client may take nothing of a relayed event stream before it is cut (request_timeout_ms). */
+  stalledAfterMs: number
 }
 
 /**

@@ -99,12 +99,12 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (located.where === 'here') return await here(located.process)
     if (located.where === 'elsewhere') {
       const path = `/v1/workspaces/${encodeURIComponent(id)}/processes/${encodeURIComponent(pid)}${forward.action}${forward.query ?? ''}`
-      const relayed = await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs, lost: lostInfo(located.record), stop: runtime.drainSignal }, request, reply)
+      const relayed = await relay(locator.peers, located.owner, { path, waitMs: forward.waitMs, lost: lostInfo(located.record), stop: runtime.drainSignal, stalledAfterMs: runtime.config.server.request_timeout_ms }, request, reply)
       if (relayed === true) {
-        locator.ownerAnswered(request.principal.tenant, located.record)
+        locator.silences.answered(request.principal.tenant, located.record)
         return undefined
       }
-      locator.ownerUnreachable(request.principal.tenant, located.record, relayed === 'cut' ? 'unanswered' : relayed)
+      locator.silences.unreachable(request.principal.tenant, located.record, relayed === 'cut' ? 'unanswered' : relayed)
       if (relayed === 'cut') return undefined
     }
     return await lost(lostInfo(located.record))
@@ -119,8 +119,11 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     validateWorkspaceId(id)
     // Where another instance runs a process of the workspace, its network is there: so is the new one
     // (the workspace may not exist yet: a start makes it, there or here).
-    const started = await locator.startAtHome(request.body, askerIn(request, id, '')) ??
-      (await table.start({ tenant: request.principal.tenant, id }, request.body)).info()
+    const asker = askerIn(request, id, '')
+    const started = await locator.startAtHome(asker, {
+      there: async (owner) => await locator.startThere(owner, request.body, asker),
+      here: async () => (await table.start({ tenant: request.principal.tenant, id }, request.body)).info(),
+    })
     return reply.code(201).header('location', `${request.url.split('?')[0]}/${started.id}`).send(started)
   })
 
@@ -141,7 +144,13 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       tags,
       params: ProcessParams,
       querystring: OutputQuery,
-      response: { 200: Output, ...problems(400, 401, 403, 404, 503) },
+      response: {
+        200: {
+          description: 'The output as JSON; with Accept: text/event-stream, Server-Sent Events: one `stdout` or `stderr` event a chunk (`id`: the cursor after it, `data`: its text as a JSON string), then one `end` event with the process object',
+          content: { 'application/json': { schema: Output }, 'text/event-stream': { schema: Type.String() } },
+        },
+        ...problems(400, 401, 403, 404, 503),
+      },
     },
   }, async (request, reply) => {
     const { after = 0, wait_ms: waitMs = 0, max_bytes: askedBytes = runtime.maxResultBytes } = numbers(request.query)
@@ -151,7 +160,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     const from = eventsCursor(request, after)
     const query = `?after=${after}&wait_ms=${waitMs}&max_bytes=${maxBytes}`
     return await onProcess(request, reply, 'process_output', { action: '/output', query, waitMs }, async (found) => {
-      if (wantsEvents(request)) return await streamOutput(request, reply, found, from, maxBytes)
+      if (wantsEvents(request)) return await streamOutput(request, reply, found, from, maxBytes, runtime.config.server.request_timeout_ms)
       if (after >= found.output.end) {
         // Until the client leaves, or its token is revoked (then 401).
         await found.waitForChange(waitMs, callerOf(request, reply).signal)
@@ -164,14 +173,14 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   })
 
   app.post('/v1/workspaces/:id/processes/:pid/input', {
-    schema: { summary: 'Write to stdin, or close it', tags, params: ProcessParams, body: InputBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404, 409) } },
+    schema: { summary: 'Write to stdin, or close it', tags, params: ProcessParams, body: InputBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404, 409, 413) } },
   }, (request, reply) => onProcess(request, reply, 'process_input', { action: '/input', waitMs: 0 }, (found) => {
     found.input(request.body.data, request.body.eof === true)
     return found.info()
   }, () => { throw new ToolError('Conflict', `process ${request.params.pid} was lost: the instance that ran it is gone`) }))
 
   app.post('/v1/workspaces/:id/processes/:pid/kill', {
-    schema: { summary: 'Stop a process and its whole tree; answers once it has ended', tags, params: ProcessParams, body: KillBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404) } },
+    schema: { summary: 'Stop a process and its whole tree; answers once it has ended', tags, params: ProcessParams, body: KillBody, response: { 200: ProcessObject, ...problems(400, 401, 403, 404, 413) } },
   }, (request, reply) => onProcess(request, reply, 'process_kill', { action: '/kill', waitMs: KILL_GRACE_MS }, async (found) => {
     await found.kill(request.body.signal ?? 'TERM')
     return found.info()

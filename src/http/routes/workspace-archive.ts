@@ -42,8 +42,6 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
   })
   const uploads = archiveLimiter('archive uploads')
   const downloads = archiveLimiter('archive downloads')
-  /** How long a download may go without its client taking any of it before it is cut. */
-  const stalledAfterMs = runtime.config.server.request_timeout_ms
   // The body is read as the extraction goes, never buffered (stageArchive counts and bounds it).
   app.addContentTypeParser(ARCHIVE_CONTENT_TYPES, (_request, payload, done) => { done(null, payload) })
 
@@ -63,7 +61,7 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
       if (Number(request.headers['content-length']) > maxBodyBytes) throw new ToolError('PayloadTooLarge', `the body is larger than ${maxBodyBytes} bytes`)
       // The client leaving, or the drain of a shutdown running out, stops the upload.
       const signal = AbortSignal.any([callerOf(request, reply).signal, runtime.killSignal])
-      const release = await acquireAll([uploads], signal, runtime.metrics)
+      const release = await acquireAll([uploads], signal, runtime.metrics, request.principal.tenant)
       try {
         const { tenant } = request.principal
         const { id } = request.params
@@ -114,7 +112,7 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     ensureMayReadFiles(request.principal)
     const record = await store.find(request.principal.tenant, request.params.id)
     const { signal } = callerOf(request, reply)
-    const release = await acquireAll([downloads], signal, runtime.metrics)
+    const release = await acquireAll([downloads], signal, runtime.metrics, request.principal.tenant)
     // A client gone just as its turn came would never close the answer that gives the slot back.
     if (request.raw.socket.destroyed) {
       release()
@@ -122,10 +120,9 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     }
     const archive = packWorkspace(record.dir, request.log as Logger)
     // A token revoked meanwhile ends the download, as it ends calls and streams (the client sees it cut short);
-    // so does a client that takes nothing for request_timeout_ms, which would hold its slot for good.
+    // so does a client that takes nothing for request_timeout_ms, which would hold its slot for good (app.ts).
     const stop = (): void => { archive.destroy() }
     signal.addEventListener('abort', stop, { once: true })
-    reply.raw.setTimeout(stalledAfterMs, () => { reply.raw.destroy() })
     reply.raw.once('close', () => {
       signal.removeEventListener('abort', stop)
       release()
