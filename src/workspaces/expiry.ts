@@ -7,7 +7,7 @@
 import type { Logger } from 'pino'
 import { metaOf, type CachedWorkspace, type CachedWorkspaces } from './cached-workspaces.ts'
 import type { WorkspaceLease } from './ephemeral.ts'
-import { sameWorkspace, type WorkspaceLayout } from './meta.ts'
+import { directoryExists, sameWorkspace, type WorkspaceLayout } from './meta.ts'
 
 export interface WorkspaceExpiryOptions {
   cache: CachedWorkspaces
@@ -67,8 +67,9 @@ export class WorkspaceExpiry {
     if (!cache.holds(entry)) return
     entry.savedExpiresAt = entry.expiresAt
     void layout().save(metaOf(entry)).then(async () => {
-      // Deleted while the write was under way: the write must not bring it back.
-      if (cache.get(entry.tenant, entry.id) === undefined) await layout().removeMeta(entry.tenant, entry.id)
+      // Deleted while the write was under way, here or by another instance (which moves the directory
+      // away first): the write must not bring it back.
+      if (cache.get(entry.tenant, entry.id) === undefined || !await directoryExists(entry.dir)) await layout().removeMeta(entry.tenant, entry.id)
     }).catch((error: unknown) => log.warn({ err: error }, 'could not save workspace metadata'))
   }
 
@@ -125,7 +126,9 @@ export class WorkspaceExpiry {
   async #keepHeld (entry: CachedWorkspace): Promise<void> {
     const { cache, layout, log, removedElsewhere } = this.#options
     const meta = await layout().read(entry.tenant, entry.id)
-    const gone = meta === null ? !await layout().hasMeta(entry.tenant, entry.id) : !sameWorkspace(meta, entry)
+    // Its directory gone is a removal too: a renewal of ours written late may have brought the metadata back
+    // (one that cannot be looked at, EIO on a network volume, is not taken for gone).
+    const gone = meta === null ? !await layout().hasMeta(entry.tenant, entry.id) : !sameWorkspace(meta, entry) || !await directoryExists(entry.dir).catch(() => true)
     if (!gone) {
       this.renew(entry, this.#options.holdMs)
       return

@@ -6,12 +6,11 @@
  * found expired, or whose metadata has lost its directory, is removed
  * there and then.
  */
-import { stat } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import type { CachedWorkspace, CachedWorkspaces } from './cached-workspaces.ts'
 import { ClaimedElsewhere, materialise } from './creation.ts'
 import { validateWorkspaceId } from './ids.ts'
-import { sameWorkspace, type WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
+import { directoryExists, sameWorkspace, type WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
 
 const DEFAULT_RECHECK_MS = 1000
 /** Rounds of finding, then making, a workspace that other calls or instances make or remove meanwhile. */
@@ -55,11 +54,11 @@ export class WorkspaceLookup {
       const fresh = !reread && Date.now() - cached.checkedAt < (recheckMs ?? DEFAULT_RECHECK_MS)
       // Its directory is looked at every time: another instance may have removed the workspace
       // since, and a call would find nowhere to run (findOrCreate makes it afresh).
-      if (made && fresh && cached.expiresAt > Date.now() && await exists(cached.dir)) return cached
+      if (made && fresh && cached.expiresAt > Date.now() && await directoryExists(cached.dir)) return cached
     }
     const meta = await layout().read(tenant, id)
     // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
-    if (meta && !await exists(layout().workspaceDir(tenant, id))) await remove(tenant, id)
+    if (meta && !await directoryExists(layout().workspaceDir(tenant, id))) await remove(tenant, id)
     else if (meta) return this.#found(tenant, id, meta)
     if (cached) cache.forget(cached)
     throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
@@ -123,17 +122,5 @@ export class WorkspaceLookup {
       throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
     }
     return entry
-  }
-}
-
-/** Whether `dir` is there; a failure to tell (EIO, ESTALE on a network volume) is thrown, never taken for gone (that removes the workspace). */
-async function exists (dir: string): Promise<boolean> {
-  try {
-    await stat(dir)
-    return true
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    if (code === 'ENOENT' || code === 'ENOTDIR') return false
-    throw error
   }
 }

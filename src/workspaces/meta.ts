@@ -12,7 +12,7 @@
  * creating the same id cannot both win; renewals replace it atomically.
  */
 import { randomUUID } from 'node:crypto'
-import { access, chmod, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { access, chmod, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
@@ -192,6 +192,18 @@ export class WorkspaceLayout {
 
   #metaDir (tenant: string): string {
     return path.join(this.#tenantDir(tenant), 'meta')
+  }
+}
+
+/** Whether `dir` is there; a failure to tell (EIO, ESTALE on a network volume) is thrown, never taken for gone (that removes the workspace). */
+export async function directoryExists (dir: string): Promise<boolean> {
+  try {
+    await stat(dir)
+    return true
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOENT' || code === 'ENOTDIR') return false
+    throw error
   }
 }
 

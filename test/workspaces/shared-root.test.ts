@@ -113,6 +113,26 @@ describe('instances sharing a workspace root', () => {
     await hold.release()
   })
 
+  it('end what runs in a workspace another instance deleted, even when a renewal written late brought its record back', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'held' })
+    const ended: string[] = []
+    a.onRemoval(async (dir) => { ended.push(dir) })
+    const hold = await a.acquire('t', 'held', { lasting: true })
+    const file = path.join(a.root, 'tenants', 't', 'meta', `${directoryNameOf('held')}.json`)
+    const record = await readFile(file, 'utf8')
+    await b.delete('t', 'held')
+    // The holder's renewal, under way as the other instance deleted, lands after the deletion.
+    await writeFile(file, record)
+    await a.sweep()
+    expect(ended).toEqual([hold.dir])
+    expect(await codeOf(b.find('t', 'held'))).toBe('NotFound')
+    // Its release writes no renewal back.
+    await hold.release()
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(existsSync(file)).toBe(false)
+  })
+
   it('answer Conflict, not the quota, for an id another instance made while this one read the disk', async () => {
     const [a] = await instances(1, { maxWorkspaces: 1 }) as [WorkspaceStore]
     await a.create('t', { id: 'taken' })
@@ -223,5 +243,17 @@ describe('instances sharing a workspace root', () => {
     await new Promise((resolve) => setTimeout(resolve, 100))
     expect(existsSync(path.join(a.root, 'tenants', 'acme', 'meta', 'late.json'))).toBe(false)
     expect(await codeOf(a.find('acme', 'late'))).toBe('NotFound')
+  })
+
+  it('never bring back through a renewal of its own a workspace another instance deleted', async () => {
+    const [a, b] = await instances(2, { ttlSeconds: 1 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('acme', { id: 'elsewhere' })
+    const lease = await a.acquire('acme', 'elsewhere')
+    // Past a tenth of the TTL: the release writes a renewal, after the other instance's delete.
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    await b.delete('acme', 'elsewhere')
+    await lease.release()
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(existsSync(path.join(a.root, 'tenants', 'acme', 'meta', 'elsewhere.json'))).toBe(false)
   })
 })
