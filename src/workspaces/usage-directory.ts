@@ -10,9 +10,14 @@ import type { TreeCursor } from '../workspace-fs/tree-cursor.ts'
 /** Entries whose sizes are asked in one event-loop turn (as in directory-size.ts). */
 const ENTRIES_PER_TURN = 256
 
+/**
+ * A directory as it was seen: its inode, and when it was made (a directory removed and made again
+ * often gets the inode back at once; the birth time tells them apart where the filesystem keeps one).
+ */
 export interface Identity {
   dev: number
   ino: number
+  born: number
 }
 
 export interface DirectoryNode {
@@ -88,7 +93,7 @@ export async function listDirectory (cursor: TreeCursor): Promise<Listing> {
         listing.bytes += stats.size
         if (stats.nlink > 1) listing.links.add(stats.ino)
       } else if (stats?.isDirectory()) {
-        listing.subdirectories.set(nameOf(entry.name), { dev: stats.dev, ino: stats.ino })
+        listing.subdirectories.set(nameOf(entry.name), { dev: stats.dev, ino: stats.ino, born: stats.birthtimeMs })
       }
     }
   }
@@ -97,15 +102,15 @@ export async function listDirectory (cursor: TreeCursor): Promise<Listing> {
 
 export function identityOf (at: string): Identity | undefined {
   try {
-    const { dev, ino } = statSync(at)
-    return { dev, ino }
+    const { dev, ino, birthtimeMs } = statSync(at)
+    return { dev, ino, born: birthtimeMs }
   } catch {
     return undefined
   }
 }
 
 export function sameIdentity (found: Identity | undefined, expected: Identity | undefined): boolean {
-  return found !== undefined && expected !== undefined && found.dev === expected.dev && found.ino === expected.ino
+  return found !== undefined && expected !== undefined && found.dev === expected.dev && found.ino === expected.ino && found.born === expected.born
 }
 
 function lstatOrNull (at: string | Buffer): Stats | null {

@@ -1,0 +1,37 @@
+/**
+ * An upload read into its staging directory, then moved into the workspace
+ * it was meant for: only if that is still the workspace that was there.
+ */
+import { existsSync, statSync } from 'node:fs'
+import { mkdir, rename, rm } from 'node:fs/promises'
+import path from 'node:path'
+import { Readable } from 'node:stream'
+import { describe, expect, it } from 'vitest'
+import { ToolError } from '../../src/errors.ts'
+import { stageArchive, workspaceSeen } from '../../src/workspaces/archive-extract.ts'
+import { workspaceQuota } from '../../src/workspaces/quotas.ts'
+import { tarOf } from '../support/tarball.ts'
+import { tempDir } from '../support/temp.ts'
+
+const LIMITS = { maxEntries: 100, maxBytes: 1024 * 1024, maxBodyBytes: 1024 * 1024 }
+
+describe('stageArchive', () => {
+  it('moves nothing into a workspace deleted and made again while it was read, even one that got the same inode back', async () => {
+    const root = await tempDir('toolport-extract-')
+    const workspace = path.join(root, 'ws')
+    await mkdir(workspace)
+    const seen = workspaceSeen(workspace)
+    const staged = await stageArchive(Readable.from([tarOf([{ name: 'a.txt', content: 'a' }])]), path.join(root, 'staging'), LIMITS)
+    // Deleted (moved to the trash, then removed) and made again: the filesystem hands the freed inode straight back.
+    const inode = statSync(workspace).ino
+    await rename(workspace, path.join(root, 'trashed'))
+    await rm(path.join(root, 'trashed'), { recursive: true })
+    await mkdir(workspace)
+    expect(statSync(workspace).ino).toBe(inode)
+    const moved = staged.moveInto(workspace, workspaceQuota(workspace, 1024 * 1024), seen)
+    await expect(moved).rejects.toBeInstanceOf(ToolError)
+    await expect(moved).rejects.toMatchObject({ code: 'NotFound' })
+    expect(existsSync(path.join(workspace, 'a.txt'))).toBe(false)
+    await staged.discard()
+  })
+})
