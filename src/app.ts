@@ -3,11 +3,11 @@
  * contract. It never listens: server.ts does, and tests use `inject` or
  * listen on port 0 themselves.
  */
-import type { ServerResponse } from 'node:http'
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify'
 import { type Logger, pino } from 'pino'
 import { authIsOn, type Config } from './config.ts'
 import { Runtime } from './runtime.ts'
+import { installAnswerDelivery } from './http/plugins/answer-delivery.ts'
 import { installAuth } from './http/plugins/auth.ts'
 import { idempotency } from './http/plugins/idempotency.ts'
 import { docsUi } from './http/plugins/docs-ui.ts'
@@ -116,13 +116,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     }
     done()
   })
-  // An answer whose client stops reading it would hold its bytes (and the socket) for good: one that takes
-  // nothing for request_timeout_ms is cut. (Event streams, which write themselves, cut theirs: process-events.ts.)
-  const stalledAfterMs = config.server.request_timeout_ms
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    cutWhenStalled(reply.raw, stalledAfterMs)
-    done(null, payload)
-  })
+  installAnswerDelivery(app, config.server.request_timeout_ms)
   // What start-up can put off (the sandbox probes, the executables' scan, the MCP connections) begins
   // once the first request to the main server has been answered or DEFERRED_START_MAX_WAIT_MS after
   // listening, whichever comes first: each of its process spawns holds the event loop for a few ms,
@@ -176,33 +170,4 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
 
   await runtime.start()
   return app
-}
-
-/**
- * Destroys `response` once its client has taken none of it for `ms`,
- * checked every `ms` until it is sent. Progress is what the kernel took:
- * libuv's write queue shrinks as it does, where the stream's own counters
- * stand still until the whole of one large write is out. Not the socket's
- * idle timeout, which would stay armed for a request pipelined behind this
- * answer and cut that call mid-run; an answer waiting behind another for
- * the socket is not looked at until it has it.
- */
-function cutWhenStalled (response: ServerResponse, ms: number): void {
-  let sent: string | undefined
-  const check = (): void => {
-    if (response.writableFinished || response.destroyed) return
-    const socket = response.socket
-    if (socket !== null) {
-      const queued = (socket as { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0
-      const now = `${socket.bytesWritten} ${socket.writableLength} ${queued}`
-      if (now === sent) {
-        response.destroy()
-        return
-      }
-      sent = now
-    }
-    timer = setTimeout(check, ms).unref()
-  }
-  let timer = setTimeout(check, ms).unref()
-  response.once('close', () => { clearTimeout(timer) })
 }

@@ -141,3 +141,65 @@ describe('a client that stops reading', () => {
     expect(await cutWithin(app, 10_000)).toBe(true)
   })
 })
+
+describe('an answer sent before the client finished sending its body', () => {
+  /**
+   * Sends a request announcing `announced` bytes of body and writes `sent` of them without reading
+   * anything, as a client busy uploading does; once it has written them, reads what came back.
+   */
+  async function uploadWithoutReading (port: number, head: string, announced: number, sent: number): Promise<{ answer: string, writeError?: string }> {
+    const socket = net.connect(port, '127.0.0.1')
+    await once(socket, 'connect')
+    socket.pause()
+    const chunk = Buffer.alloc(64 * 1024, 0x20)
+    let writeError: string | undefined
+    socket.on('error', (error: NodeJS.ErrnoException) => { writeError ??= error.code })
+    socket.write(`${head}Content-Length: ${announced}\r\n\r\n`)
+    // A failed write (a reset) destroys the socket.
+    for (let written = 0; written < sent && !socket.destroyed; written += chunk.length) {
+      if (!socket.write(chunk)) await Promise.race([once(socket, 'drain'), once(socket, 'close')])
+    }
+    let answer = ''
+    socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
+    socket.resume()
+    if (!socket.destroyed) await once(socket, 'close')
+    return { answer, writeError }
+  }
+
+  it('reaches a client still sending: the rest of its body is read and dropped a while before the connection closes', async () => {
+    const app = await buildTestApp({ server: { body_limit_bytes: 64 * 1024 } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    // Refused at its Content-Length, and refused as an archive: both answer before the body is read.
+    for (const head of [
+      'POST /v1/tools/exec_shell/execute HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n',
+      'PUT /v1/workspaces/early/archive HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/gzip\r\n',
+    ]) {
+      const { answer, writeError } = await uploadWithoutReading(port, head, 8 * 1024 * 1024, 8 * 1024 * 1024)
+      expect(writeError).toBeUndefined()
+      expect(answer).toMatch(/^HTTP\/1\.1 413 /)
+      expect(answer.toLowerCase()).toContain('connection: close')
+    }
+  })
+
+  it('closes the connection of a client that goes on sending past the linger', async () => {
+    const app = await buildTestApp({ server: { body_limit_bytes: 64 * 1024 } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    // A client that keeps its side open once the service ends its own, and keeps sending.
+    const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+    await once(socket, 'connect')
+    socket.on('error', () => {})
+    let answer = ''
+    socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
+    socket.write('POST /v1/tools/exec_shell/execute HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n')
+    const pump = setInterval(() => { if (!socket.destroyed) socket.write(Buffer.alloc(16 * 1024)) }, 10)
+    try {
+      // (Not events.once: the writes after the close fail, an 'error' it would reject on.)
+      await new Promise((resolve) => socket.once('close', resolve))
+    } finally {
+      clearInterval(pump)
+    }
+    expect(answer).toMatch(/^HTTP\/1\.1 413 /)
+  })
+})

@@ -93,8 +93,6 @@ export const archiveRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
         release()
       }
     } catch (error) {
-      // Refused before the whole body was read: close the connection after the answer rather than wait for the rest.
-      if (!request.raw.complete) reply.header('connection', 'close')
       // Stopped by the shutdown, it changed nothing (its staging is discarded): another instance can take it.
       if (runtime.killSignal.aborted) throw new ToolError('Overloaded', 'the service is shutting down and stopped this upload before it finished; send it again', { retryAfterSeconds: 1 })
       throw error

@@ -1,0 +1,74 @@
+/**
+ * How an answer reaches its client, whatever route sends it: one its
+ * client stops reading is cut, and one sent before the client finished
+ * sending its request's body ends the connection without losing the
+ * answer.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { Socket } from 'node:net'
+import type { FastifyInstance } from 'fastify'
+
+/** How long what a client still sends after an early answer is read and dropped before its connection closes. */
+const LINGER_MS = 2000
+
+/** `stalledAfterMs`: how long an answer may go with its client taking none of it (server.request_timeout_ms). */
+export function installAnswerDelivery (app: FastifyInstance, stalledAfterMs: number): void {
+  app.addHook('onSend', (request, reply, payload, done) => {
+    // (Event streams, which write themselves, cut theirs: process-events.ts.)
+    cutWhenStalled(reply.raw, stalledAfterMs)
+    // (A request injected in a test has no socket to close.)
+    if (!request.raw.complete && request.raw.socket instanceof Socket) closeAfterAnswer(request.raw, reply.raw)
+    done(null, payload)
+  })
+}
+
+/**
+ * Destroys `response` once its client has taken none of it for `ms`,
+ * checked every `ms` until it is sent: it would hold its bytes (and the
+ * socket) for good. Progress is what the kernel took: libuv's write queue
+ * shrinks as it does, where the stream's own counters stand still until the
+ * whole of one large write is out. Not the socket's idle timeout, which
+ * would stay armed for a request pipelined behind this answer and cut that
+ * call mid-run; an answer waiting behind another for the socket is not
+ * looked at until it has it.
+ */
+function cutWhenStalled (response: ServerResponse, ms: number): void {
+  let sent: string | undefined
+  const check = (): void => {
+    if (response.writableFinished || response.destroyed) return
+    const socket = response.socket
+    if (socket !== null) {
+      const queued = (socket as { _handle?: { writeQueueSize?: number } | null })._handle?.writeQueueSize ?? 0
+      const now = `${socket.bytesWritten} ${socket.writableLength} ${queued}`
+      if (now === sent) {
+        response.destroy()
+        return
+      }
+      sent = now
+    }
+    timer = setTimeout(check, ms).unref()
+  }
+  let timer = setTimeout(check, ms).unref()
+  response.once('close', () => { clearTimeout(timer) })
+}
+
+/**
+ * An answer sent before its request's body was read to the end (a refusal:
+ * too large, a bad archive, no token) ends the connection, since the rest of
+ * the body may be gigabytes. Not at once: a socket closed with bytes of the
+ * client's still unread makes the kernel reset the connection, and a client
+ * still sending then loses the answer it had not read yet. What it still
+ * sends is read and dropped for up to LINGER_MS first (a web server's
+ * "lingering close"); a client that closes its side ends it sooner.
+ */
+function closeAfterAnswer (request: IncomingMessage, response: ServerResponse): void {
+  response.setHeader('connection', 'close')
+  const socket = request.socket
+  response.once('finish', () => {
+    // Node has just ended its side (socket.destroySoon: the FIN, then a destroy once it is sent): the destroy waits.
+    socket.removeListener('finish', socket.destroy)
+    request.resume()
+    const timer = setTimeout(() => { socket.destroy() }, LINGER_MS).unref()
+    socket.once('close', () => { clearTimeout(timer) })
+  })
+}
