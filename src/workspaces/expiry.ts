@@ -66,10 +66,11 @@ export class WorkspaceExpiry {
     if (entry.expiresAt - entry.savedExpiresAt <= entry.ttlSeconds * 100) return
     if (!cache.holds(entry)) return
     entry.savedExpiresAt = entry.expiresAt
-    void layout().save(metaOf(entry)).then(async () => {
+    const meta = metaOf(entry)
+    void layout().saveRenewal(meta).then(async (saved) => {
       // Deleted while the write was under way, here or by another instance (which moves the directory
       // away first): the write must not bring it back.
-      if (cache.get(entry.tenant, entry.id) === undefined || !await directoryExists(entry.dir)) await layout().removeMeta(entry.tenant, entry.id)
+      if (saved && (cache.get(entry.tenant, entry.id) === undefined || !await directoryExists(entry.dir))) await layout().removeMetaOf(meta)
     }).catch((error: unknown) => log.warn({ err: error }, 'could not save workspace metadata'))
   }
 

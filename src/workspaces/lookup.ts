@@ -45,7 +45,7 @@ export class WorkspaceLookup {
    * one another instance removed and made again meanwhile (same directory).
    */
   async find (tenant: string, id: string, reread = false): Promise<CachedWorkspace> {
-    const { cache, layout, recheckMs, remove } = this.#options
+    const { cache, layout, recheckMs, removedElsewhere } = this.#options
     validateWorkspaceId(id)
     const cached = cache.get(tenant, id)
     if (cached) {
@@ -57,10 +57,17 @@ export class WorkspaceLookup {
       if (made && fresh && cached.expiresAt > Date.now() && await directoryExists(cached.dir)) return cached
     }
     const meta = await layout().read(tenant, id)
-    // Metadata without its directory (a removal racing a creation elsewhere) is a workspace that is gone.
-    if (meta && !await directoryExists(layout().workspaceDir(tenant, id))) await remove(tenant, id)
-    else if (meta) return this.#found(tenant, id, meta)
-    if (cached) cache.forget(cached)
+    if (meta && await directoryExists(layout().workspaceDir(tenant, id))) return this.#found(tenant, id, meta)
+    // Metadata without its directory (a removal under way or cut short, a renewal written late) is a
+    // workspace that is gone: only that metadata goes, never a directory or record made since for a new
+    // workspace of the id by another instance.
+    if (meta) await layout().removeMetaOf(meta)
+    if (cached) {
+      cache.forget(cached)
+      // Removed elsewhere (metadata that cannot be read is not taken for that): what ran here in it ends,
+      // and what this instance kept of it (ended processes, usage) goes, or a new workspace of the id would show it.
+      if (cached.made && (meta !== null || !await layout().hasMeta(tenant, id))) await removedElsewhere(cached)
+    }
     throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
   }
 
@@ -105,10 +112,11 @@ export class WorkspaceLookup {
     const { cache, layout, remove, removedElsewhere } = this.#options
     // A cached entry of an older workspace of that id (removed and made again elsewhere) is replaced:
     // its renewal would write the old one's creation and TTL over the new one's. What it held here (a
-    // process) ends first, as a sweep would end it, which no longer finds it once it is out of the cache.
+    // process) ends first, as a sweep would end it, which no longer finds it once it is out of the cache,
+    // and what this instance kept of it (ended processes, usage) goes: the new workspace shows none of it.
     const cached = cache.get(tenant, id)
     const older = cached !== undefined && cached.made && !sameWorkspace(cached, meta) ? cached : undefined
-    if (older !== undefined && older.users > 0) {
+    if (older !== undefined) {
       cache.forget(older)
       await removedElsewhere(older)
     }

@@ -12,7 +12,7 @@
  * creating the same id cannot both win; renewals replace it atomically.
  */
 import { randomUUID } from 'node:crypto'
-import { access, chmod, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { access, chmod, link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
@@ -131,9 +131,40 @@ export class WorkspaceLayout {
     return access(this.metaFile(tenant, id)).then(() => true, (error: NodeJS.ErrnoException) => error.code !== 'ENOENT')
   }
 
-  /** Removes only the metadata (a renewal written after its workspace was deleted). */
-  async removeMeta (tenant: string, id: string): Promise<void> {
-    await rm(this.metaFile(tenant, id), { force: true })
+  /**
+   * Saves a renewal of `meta`'s workspace only while the metadata there is
+   * still that workspace's: never over one made again under the id since
+   * (another instance deleted and re-made it), nor in place of one deleted
+   * (false then). Between the look and the write another instance can still
+   * act: the window is two system calls, not a renewal's whole way.
+   */
+  async saveRenewal (meta: WorkspaceMeta): Promise<boolean> {
+    const found = await this.read(meta.tenant, meta.id)
+    if (found === null || !sameWorkspace(found, meta)) return false
+    await this.save(meta)
+    return true
+  }
+
+  /**
+   * Removes the metadata of `meta`'s workspace, and only it: metadata that
+   * outlived its directory (a removal under way or cut short, a renewal
+   * written late). One that another instance made since for a new workspace
+   * of the id is put back: it is moved aside and looked at first, as a
+   * removal by name would take the new workspace's.
+   */
+  async removeMetaOf (meta: WorkspaceMeta): Promise<void> {
+    const file = this.metaFile(meta.tenant, meta.id)
+    const aside = `${file}.${randomUUID()}.removing`
+    try {
+      await rename(file, aside)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return
+      throw error
+    }
+    const found = await readMeta(aside)
+    // Put back unless yet another has been claimed meanwhile (link fails then, and that one stands).
+    if (found !== null && !sameWorkspace(found, meta)) await link(aside, file).catch(() => {})
+    await rm(aside, { force: true })
   }
 
   /**

@@ -106,9 +106,11 @@ describe('instances sharing a workspace root', () => {
     const ended: string[] = []
     a.onRemoval(async (dir) => { ended.push(dir) })
     const hold = await a.acquire('t', 'again', { lasting: true })
+    // What this instance kept of the old workspace (its ended processes, its usage) went as the new one replaced it.
+    expect(ended).toEqual([hold.dir])
     // Held, the workspace is looked at again by every sweep: the old record's would take it for removed elsewhere.
     await a.sweep()
-    expect(ended).toEqual([])
+    expect(ended).toEqual([hold.dir])
     expect(await a.find('t', 'again')).toMatchObject({ createdAt: remade.createdAt, incarnation: (remade as { incarnation?: string }).incarnation })
     await hold.release()
   })
@@ -255,5 +257,60 @@ describe('instances sharing a workspace root', () => {
     await lease.release()
     await new Promise((resolve) => setTimeout(resolve, 100))
     expect(existsSync(path.join(a.root, 'tenants', 'acme', 'meta', 'elsewhere.json'))).toBe(false)
+  })
+
+  it('end what runs in a workspace another instance deleted when a lookup here finds it gone before a sweep does', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'looked' })
+    const ended: string[] = []
+    b.onRemoval(async (dir) => { ended.push(dir) })
+    const hold = await b.acquire('t', 'looked', { lasting: true })
+    await a.delete('t', 'looked')
+    expect(await codeOf(b.find('t', 'looked'))).toBe('NotFound')
+    expect(ended).toEqual([hold.dir])
+    await b.sweep()
+    expect(ended).toEqual([hold.dir])
+    await hold.release()
+  })
+
+  it('remove only the metadata a lookup found without its directory, never a workspace made again under the id since', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'again' })
+    const layout = new WorkspaceLayout(a.root)
+    const old = await layout.read('t', 'again')
+    await b.delete('t', 'again')
+    const made = await b.create('t', { id: 'again' })
+    await writeContained(made.dir, path.join(made.dir, 'kept.txt'), 'kept.txt', 'kept', { quota: workspaceQuota(made.dir, 1024) })
+    // What an instance that read the old metadata, and found no directory, then removes.
+    await layout.removeMetaOf(old as NonNullable<typeof old>)
+    expect(await a.find('t', 'again')).toMatchObject({ createdAt: made.createdAt })
+    expect(existsSync(path.join(made.dir, 'kept.txt'))).toBe(true)
+    // Its own metadata it does remove.
+    const current = await layout.read('t', 'again')
+    await layout.removeMetaOf(current as NonNullable<typeof current>)
+    expect(await layout.read('t', 'again')).toBe(null)
+  })
+
+  it('never write a renewal over the metadata of a workspace another instance deleted and made again', async () => {
+    const [a, b] = await instances(2, { ttlSeconds: 1 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'renewed' })
+    const lease = await a.acquire('t', 'renewed')
+    // Past a tenth of the TTL: the release writes a renewal, after the other instance deleted and made the id again.
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    await b.delete('t', 'renewed')
+    const made = await b.create('t', { id: 'renewed', ttlSeconds: 600 })
+    await lease.release()
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(await new WorkspaceLayout(a.root).read('t', 'renewed')).toMatchObject({ createdAt: made.createdAt, ttlSeconds: 600 })
+  })
+
+  it('show none of what it counted in a workspace another instance deleted and made again', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    const made = await a.create('t', { id: 'counted' })
+    await writeContained(made.dir, path.join(made.dir, 'old.txt'), 'old.txt', 'old bytes', { quota: workspaceQuota(made.dir, 1024) })
+    expect(await a.info('t', 'counted')).toMatchObject({ files: 1, bytes: 9 })
+    await b.delete('t', 'counted')
+    await b.create('t', { id: 'counted' })
+    expect(await a.info('t', 'counted')).toMatchObject({ files: 0, bytes: 0 })
   })
 })
