@@ -95,6 +95,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   app.decorate('runtime', runtime)
   // First of the hooks, so that the span covers a request that auth or a limit refuses.
   if (tracing) installTracing(app, tracing)
+  // Before the other hooks: a request that comes on a connection being closed is not run, nor counted.
+  installAnswerDelivery(app, config.server.request_timeout_ms)
   // A callback hook, not an async one: it runs for every request, and a promise per request is not free.
   // One listener for every response: 'close' fires once per response, so no once-wrapper (or closure) per request.
   const answered = (): void => { runtime.activeRequests-- }
@@ -116,7 +118,6 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     }
     done()
   })
-  installAnswerDelivery(app, config.server.request_timeout_ms)
   // What start-up can put off (the sandbox probes, the executables' scan, the MCP connections) begins
   // once the first request to the main server has been answered or DEFERRED_START_MAX_WAIT_MS after
   // listening, whichever comes first: each of its process spawns holds the event loop for a few ms,

@@ -202,4 +202,40 @@ describe('an answer sent before the client finished sending its body', () => {
     }
     expect(answer).toMatch(/^HTTP\/1\.1 413 /)
   })
+
+  it('runs no request that comes after an answer that closed the connection: sent while it lingers, or pipelined behind a refused body', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'tok', tenant: 't' }] } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    const create = (id: string): string => {
+      const body = JSON.stringify({ id })
+      return `POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+    }
+    const answersOn = async (send: (socket: net.Socket, answer: () => string) => Promise<void>): Promise<string[]> => {
+      // Its side kept open once the service ends its own, as a client still sending has it.
+      const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+      socket.on('error', () => {})
+      let answer = ''
+      socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
+      const ended = new Promise((resolve) => socket.once('end', resolve))
+      await once(socket, 'connect')
+      await send(socket, () => answer)
+      await ended
+      socket.destroy()
+      return answer.match(/HTTP\/1\.1 \d+/g) ?? []
+    }
+    // Refused for its missing token before its body came: the body, then a whole request, follow on the lingering connection.
+    expect(await answersOn(async (socket, answer) => {
+      socket.write('POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n')
+      for (let i = 0; i < 200 && !answer().includes('\r\n\r\n'); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+      socket.write(`{}${create('during-linger')}`)
+    })).toEqual(['HTTP/1.1 401'])
+    // A body that is not JSON, and a request pipelined behind it in the same write.
+    expect(await answersOn(async (socket) => {
+      socket.write(`POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: 3\r\n\r\n{x}${create('pipelined')}`)
+    })).toEqual(['HTTP/1.1 400'])
+    for (const id of ['during-linger', 'pipelined']) {
+      expect((await app.inject({ method: 'GET', url: `/v1/workspaces/${id}`, headers: { authorization: 'Bearer tok' } })).statusCode).toBe(404)
+    }
+  })
 })

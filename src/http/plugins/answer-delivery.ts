@@ -6,18 +6,34 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Socket } from 'node:net'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 
 /** How long what a client still sends after an early answer is read and dropped before its connection closes. */
 const LINGER_MS = 2000
 
 /** `stalledAfterMs`: how long an answer may go with its client taking none of it (server.request_timeout_ms). */
 export function installAnswerDelivery (app: FastifyInstance, stalledAfterMs: number): void {
+  /** Connections an answer said it closes: the requests that come on them after it are not run. */
+  const closing = new WeakSet<Socket>()
+  // A request that comes after an answer said `connection: close` (pipelined behind it, or sent while
+  // the connection lingers) is neither run nor answered (RFC 9112 §9.6): its client, told the
+  // connection closes, sends it again on a new one. Looked at before its body is read and again
+  // before its handler, for one that was already under way when the answer was sent.
+  const refuseWhenClosing = (request: FastifyRequest, reply: FastifyReply, done: () => void): void => {
+    if (closing.has(request.raw.socket)) reply.hijack()
+    done()
+  }
+  app.addHook('onRequest', refuseWhenClosing)
+  app.addHook('preHandler', refuseWhenClosing)
   app.addHook('onSend', (request, reply, payload, done) => {
     // (Event streams, which write themselves, cut theirs: process-events.ts.)
     cutWhenStalled(reply.raw, stalledAfterMs)
-    // (A request injected in a test has no socket to close.)
-    if (!request.raw.complete && request.raw.socket instanceof Socket) closeAfterAnswer(request.raw, reply.raw)
+    // (A request injected in a test has no socket.)
+    const socket = request.raw.socket
+    if (socket instanceof Socket) {
+      if (!request.raw.complete) closeAfterAnswer(request.raw, reply.raw)
+      if (String(reply.getHeader('connection')).toLowerCase() === 'close') closing.add(socket)
+    }
     done(null, payload)
   })
 }

@@ -19,10 +19,10 @@ function detailOf (error: NodeJS.ErrnoException): string {
 
 /** Fastify's `clientErrorHandler`: one problem+json answer, then the socket closes. */
 export function answerClientError (error: NodeJS.ErrnoException, socket: Socket): void {
-  // A connection that is gone, or one with an answer already on its way (whose body these bytes
-  // would corrupt), is only closed.
-  const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
-  if (error.code === 'ECONNRESET' || !socket.writable || inFlight) {
+  // A connection that is gone, or one that owes an answer to an earlier request (one already on its
+  // way, whose body these bytes would corrupt, or one still to come for a request pipelined before this
+  // one, which would take this 400 for its own), is only closed.
+  if (error.code === 'ECONNRESET' || !socket.writable || owesEarlierAnswer(socket)) {
     socket.destroy()
     return
   }
@@ -35,4 +35,15 @@ export function answerClientError (error: NodeJS.ErrnoException, socket: Socket)
     '',
     body,
   ].join('\r\n'))
+}
+
+/**
+ * Whether the connection has an answer under way that is not this failed request's own: Node's
+ * answer in progress on it (started, or waiting for its request's handler) belongs to another
+ * request than the one being read when it failed.
+ */
+function owesEarlierAnswer (socket: Socket): boolean {
+  const { _httpMessage: answer, parser } = socket as Socket & { _httpMessage?: { headersSent?: boolean, req?: unknown } | null, parser?: { incoming?: unknown } | null }
+  if (answer === undefined || answer === null) return false
+  return answer.headersSent === true || answer.req !== parser?.incoming
 }
