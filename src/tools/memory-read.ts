@@ -5,12 +5,11 @@
  * memory (or one long line) is never loaded whole.
  */
 import type { FileHandle } from 'node:fs/promises'
-import { StringDecoder } from 'node:string_decoder'
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
 import type { ToolContext } from '../execution/tool.ts'
-import { openContained, readPrefix } from '../workspace-fs/read.ts'
+import { openContained, readPrefix, utf8Pieces, utf8Text } from '../workspace-fs/read.ts'
 import { resolveMemoryFile } from './memory-file.ts'
 
 export const memoryReadTool = defineBuiltin({
@@ -33,13 +32,15 @@ export const memoryReadTool = defineBuiltin({
     const file = await resolveMemoryFile(ctx.workspaceDir)
     // clawft's answer, with or without a query.
     if (!file.exists) return { content: '', message: 'No memory file found' }
-    const { handle } = await openContained(ctx.workspaceDir, file.absolute, 'memory/MEMORY.md')
+    const { handle } = await openContained(ctx.workspaceDir, file.absolute, MEMORY_PATH)
     try {
       if (args.query === undefined) {
         const read = await readPrefix(handle, ctx.maxResultBytes + 2)
         // A file larger than the limit and a byte was read in part (one byte more lets truncation see that there was more).
-        if (read.length > ctx.maxResultBytes + 1) ctx.markTruncated?.()
-        return { content: read.subarray(0, ctx.maxResultBytes + 1).toString('utf8') }
+        const cut = read.length > ctx.maxResultBytes + 1
+        if (cut) ctx.markTruncated?.()
+        // UTF-8 only, as every file tool reads: U+FFFD in place of other bytes would be written back so.
+        return { content: utf8Text(read.subarray(0, ctx.maxResultBytes + 1), MEMORY_PATH, cut) }
       }
       const matches = await matchingParagraphs(handle, args.query, ctx.maxResultBytes, ctx)
       return { query: args.query, matches, count: matches.length }
@@ -48,6 +49,8 @@ export const memoryReadTool = defineBuiltin({
     }
   },
 })
+
+const MEMORY_PATH = 'memory/MEMORY.md'
 
 /** How much of the memory file a search reads at most: a memory is notes, and a search must end. */
 const MAX_SEARCHED_BYTES = 64 * 1024 * 1024
@@ -98,7 +101,7 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
     found = false
     tail = ''
   }
-  const decoder = new StringDecoder('utf8')
+  const decode = utf8Pieces(MEMORY_PATH)
   const buffer = Buffer.alloc(CHUNK_BYTES)
   let position = 0
   let afterCarriageReturn = false
@@ -114,7 +117,7 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
     if (bytesRead === 0) break
     position += bytesRead
     // Lines end as readline ends them: at \n, \r\n or a lone \r, one \r\n across two chunks included.
-    let text = decoder.write(buffer.subarray(0, bytesRead))
+    let text = decode(buffer.subarray(0, bytesRead), true)
     if (afterCarriageReturn && text.startsWith('\n')) text = text.slice(1)
     if (text !== '') afterCarriageReturn = text.endsWith('\r')
     const lines = text.split(/\r\n|\r|\n/)
@@ -141,7 +144,7 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
       }
     })
   }
-  add(decoder.end())
+  add(decode(new Uint8Array(), false))
   endParagraph()
   return matches
 }

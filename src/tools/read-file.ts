@@ -88,8 +88,9 @@ async function collectPage (handle: FileHandle, offset: number, limit: number, m
         const piece = data.subarray(start, end)
         if (kept + currentBytes + piece.length > maxBytes) {
           if (lines.length > 0) return { lines, more: true, cutLine: false }
-          current.push(Buffer.from(piece.subarray(0, utf8Boundary(piece, maxBytes - currentBytes))))
-          return { lines: [Buffer.concat(current)], more: true, cutLine: true }
+          // Cut in the whole line: a character may have begun in the chunk before.
+          const line = Buffer.concat([...current, piece])
+          return { lines: [line.subarray(0, utf8Boundary(line, maxBytes))], more: true, cutLine: true }
         }
         current.push(Buffer.from(piece))
         currentBytes += piece.length

@@ -101,11 +101,23 @@ export async function readPrefix (handle: FileHandle, maxBytes: number, size?: n
  * text, so that it is written back.
  */
 export function utf8Text (bytes: Uint8Array, userPath: string, cut = false): string {
-  try {
-    // A decoder a call: one that streams keeps a cut character for its next call.
-    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes, { stream: cut })
-  } catch (error) {
-    if (error instanceof TypeError) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is not UTF-8 text; use exec_shell for it (iconv, xxd)`)
-    throw error
+  // A decoder a call: one that streams keeps a cut character for its next call.
+  return utf8Pieces(userPath)(bytes, cut)
+}
+
+/**
+ * The same for a file read in pieces: each call decodes the next piece
+ * (`more`: a character it ends inside is kept for the next call), and the
+ * bytes of all of them together must be UTF-8.
+ */
+export function utf8Pieces (userPath: string): (bytes: Uint8Array, more: boolean) => string {
+  const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true })
+  return (bytes, more) => {
+    try {
+      return decoder.decode(bytes, { stream: more })
+    } catch (error) {
+      if (error instanceof TypeError) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is not UTF-8 text; use exec_shell for it (iconv, xxd)`)
+      throw error
+    }
   }
 }

@@ -32,6 +32,19 @@ describe('memory tools', () => {
     expect(await readFile(path.join(ctx.workspaceDir, 'memory', 'MEMORY.md'), 'utf8')).toBe('fresh')
   })
 
+  it('refuses a memory that is not UTF-8, read whole or searched, as every file tool does (never U+FFFD an agent would write back)', async () => {
+    const ctx = await toolContext()
+    await mkdir(path.join(ctx.workspaceDir, 'memory'))
+    await writeFile(path.join(ctx.workspaceDir, 'memory', 'MEMORY.md'), Buffer.concat([Buffer.from('note '), Buffer.from([0xff, 0xfe]), Buffer.from(' café')]))
+    expect(await codeOf(memoryReadTool.execute({}, ctx))).toBe('InvalidArgs')
+    expect(await codeOf(memoryReadTool.execute({ query: 'note' }, ctx))).toBe('InvalidArgs')
+    // Cut inside a character at the result limit: the character is left out, not replaced.
+    const small = await toolContext({ maxResultBytes: 1000 })
+    await mkdir(path.join(small.workspaceDir, 'memory'))
+    await writeFile(path.join(small.workspaceDir, 'memory', 'MEMORY.md'), 'é'.repeat(2000))
+    expect((await memoryReadTool.execute({}, small) as { content: string }).content).toMatch(/^é+$/)
+  })
+
   it('filters paragraphs case-insensitively', async () => {
     const ctx = await toolContext()
     await memoryWriteTool.execute({ content: `${P1}\n\n${P2}\n\n\n${P3}`, mode: 'overwrite' }, ctx)

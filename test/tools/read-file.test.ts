@@ -74,6 +74,23 @@ describe('read_file paging (offset and limit, in lines)', () => {
     expect(await readFileTool.execute({ path: 'wide.txt', offset: 2 }, ctx)).toEqual({ content: 'after\n', offset: 2, lines: 1 })
   })
 
+  it('cuts a first line whose character at the cut began in the chunk read before (64 KiB reads)', async () => {
+    const ctx = await toolContext()
+    // 'é' straddles the first 64 KiB read, and a cut at the default limit falls in the second: the line is valid UTF-8 throughout.
+    for (const [name, bytes] of [
+      ['two.txt', Buffer.concat([Buffer.alloc(65535, 'a'), Buffer.from('é'), Buffer.alloc(1000, 'b')])],
+      ['three.txt', Buffer.concat([Buffer.alloc(65534, 'a'), Buffer.from('€'), Buffer.alloc(1000, 'b')])],
+    ] as const) {
+      await writeFile(path.join(ctx.workspaceDir, name), bytes)
+      for (const maxBytes of [65536, 65600]) {
+        const page = await readFileTool.execute({ path: name, offset: 1 }, { ...ctx, maxResultBytes: maxBytes }) as Page
+        expect(page).toMatchObject({ offset: 1, lines: 1, line_truncated: true })
+        expect(page.content).toMatch(/^a+(é|€)?b*$/)
+        expect(jsonBytes(page)).toBeLessThanOrEqual(maxBytes)
+      }
+    }
+  })
+
   it('refuses offset and limit below 1 as InvalidArgs', async () => {
     const app = await buildTestApp()
     expectProblem(await exec(app, 'read_file', { path: 'x', offset: 0 }), 400, 'InvalidArgs', 'read_file')
