@@ -14,6 +14,8 @@ import { type AnyTool, changesTreeFreely, runsCommands } from './tool.ts'
 import { clipText, errorWithinLimit, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
+import type { WorkspaceLease } from '../workspaces/ephemeral.ts'
+import { directoryExists } from '../workspaces/meta.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
 
@@ -209,6 +211,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           const { value, truncated } = truncateResult(raw === undefined ? null : raw, maxResultBytes, { partial: cutByTool })
           outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
         }
+      } catch (error) {
+        throw signal.aborted ? error : await asDeletedWorkspace(error, lease)
       } finally {
         await lease.release()
       }
@@ -243,6 +247,22 @@ function stoppedBy (error: ToolError, killSignal: AbortSignal, callerSignal: Abo
   if (killSignal.aborted) return new ToolError('Overloaded', 'the service is shutting down and stopped this call before it finished; retry it', { retryAfterSeconds: 1, cause: error })
   const reason = abortReason(callerSignal)
   return reason ? new ToolError(reason.code, reason.message, { cause: error }) : error
+}
+
+/** Failures a workspace deleted under a call causes: its files or its directory gone from under the tool. */
+const DELETION_SYMPTOMS = new Set(['ExecutionFailed', 'InvalidPath', 'FileNotFound'])
+
+/**
+ * A call whose persistent workspace was deleted while it ran (its directory
+ * is gone) and that failed for it (a command that could not start there, a
+ * file gone from under it) is NotFound, as a call after the deletion is:
+ * not the 500 or the containment error the tool met.
+ */
+async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease): Promise<unknown> {
+  if (lease.id === null || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
+  if (await directoryExists(lease.dir).catch(() => true)) return error
+  // The tool's own failure is no fault of the service's: it is not logged as one.
+  return new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error instanceof ToolError ? error : undefined })
 }
 
 function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null, left: boolean): void {

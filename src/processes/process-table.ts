@@ -10,13 +10,13 @@
  * (being changed) until it ends.
  */
 import { randomBytes } from 'node:crypto'
-import { access } from 'node:fs/promises'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
+import { identityOf, sameIdentity } from '../workspaces/usage-directory.ts'
 import { type KillSignal, ManagedProcess } from './managed-process.ts'
 import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
@@ -95,6 +95,8 @@ export class ProcessTable {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
       const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id, { lasting: true })
+      // The workspace as this start found it: another instance may delete it, and make it again, meanwhile.
+      const found = identityOf(dir)
       try {
         let started: ManagedProcess | undefined
         const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes))
@@ -130,9 +132,9 @@ export class ProcessTable {
         return started
       } catch (error) {
         await lease?.release()
-        // Removed meanwhile through another instance (its removal does not take turns with a start here): the
-        // start failed for that, not for a fault of its own.
-        if (place.id !== null && (!(error instanceof ToolError) || error.code === 'ExecutionFailed') && !await access(dir).then(() => true, () => false)) {
+        // Removed meanwhile through another instance (its removal does not take turns with a start here), and
+        // maybe made again: the start failed for that (its record's directory gone, say), not for a fault of its own.
+        if (place.id !== null && (!(error instanceof ToolError) || error.code === 'ExecutionFailed') && !sameIdentity(identityOf(dir), found)) {
           throw new ToolError('NotFound', `workspace ${place.id} was deleted while the process started; start it again to make the workspace anew`)
         }
         throw error
