@@ -76,3 +76,39 @@ describe('/mcp', () => {
     expect(await readdir(root)).toEqual([])
   })
 })
+
+describe('/mcp requests a session cannot take', () => {
+  /** A raw session: its id, and a POST of `body` in it (its status and text, read to the end). */
+  async function rawSession (base: string): Promise<(body: unknown) => Promise<{ status: number, text: string }>> {
+    const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+    const init = await fetch(`${base}/mcp`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }) })
+    await init.text()
+    const session = init.headers.get('mcp-session-id') as string
+    const post = async (body: unknown): Promise<{ status: number, text: string }> => {
+      const answer = await fetch(`${base}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' }, body: JSON.stringify(body) })
+      return { status: answer.status, text: await answer.text() }
+    }
+    await post({ jsonrpc: '2.0', method: 'notifications/initialized' })
+    return post
+  }
+
+  it('refuses an id a request still to be answered has, answering both, and an empty batch (JSON-RPC Invalid Request)', async () => {
+    const app = await buildTestApp()
+    const post = await rawSession(await listening(app))
+    const call = (command: string) => ({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'exec_shell', arguments: { command } } })
+    const first = post(call('sleep 0.5; echo first'))
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    const second = await post(call('echo second'))
+    expect(second.status).toBe(400)
+    expect(JSON.parse(second.text)).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } })
+    const answered = await first
+    expect(answered.status).toBe(200)
+    expect(answered.text).toContain('first')
+    // Answered, its id may come again; and two requests of one batch may not share one.
+    expect((await post(call('echo again'))).text).toContain('again')
+    expect((await post([call('echo a'), call('echo b')])).status).toBe(400)
+    const empty = await post([])
+    expect(empty.status).toBe(400)
+    expect(JSON.parse(empty.text)).toMatchObject({ error: { code: -32600 } })
+  })
+})

@@ -10,7 +10,7 @@ import { allowedFilter } from '../../execution/globs.ts'
 import type { NameMatcher } from '../../execution/globs.ts'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
-import type { McpSessions } from '../../mcp-server/sessions.ts'
+import type { McpSession, McpSessions } from '../../mcp-server/sessions.ts'
 
 const SESSION_HEADER = 'mcp-session-id'
 
@@ -36,6 +36,34 @@ function urlHostOf (host: string): string {
     if (/^[^/?#@\\\s]+$/.test(host)) return new URL(`http://${host}`).host
   } catch {}
   throw new ToolError('BadRequest', 'the Host header is not a host name or address with an optional port')
+}
+
+/** JSON-RPC's Invalid Request. */
+const INVALID_REQUEST = -32600
+
+/** Each session's requests still to be answered, by JSON-RPC id. */
+const idsInFlight = new WeakMap<McpSession, Set<string | number>>()
+
+/**
+ * Takes the ids of the requests in `body` for the session until this POST's
+ * answer ends; why not, when the batch is empty or an id is one a request
+ * still to be answered has (the transport would send the answer of one to
+ * the other's stream and leave that stream open for good).
+ */
+function claimRequestIds (body: unknown, session: McpSession, reply: FastifyReply): string | undefined {
+  if (Array.isArray(body) && body.length === 0) return 'an empty batch holds no request'
+  const messages: unknown[] = Array.isArray(body) ? body : [body]
+  const ids = messages.flatMap((message) => {
+    if (typeof message !== 'object' || message === null || typeof (message as { method?: unknown }).method !== 'string') return []
+    const { id } = message as { id?: unknown }
+    return typeof id === 'string' || typeof id === 'number' ? [id] : []
+  })
+  const inFlight = idsInFlight.get(session) ?? new Set()
+  if (new Set(ids).size < ids.length || ids.some((id) => inFlight.has(id))) return 'a request id must not be one that a request still to be answered in this session has'
+  idsInFlight.set(session, inFlight)
+  for (const id of ids) inFlight.add(id)
+  reply.raw.once('close', () => { for (const id of ids) inFlight.delete(id) })
+  return undefined
 }
 
 interface McpServerSide {
@@ -94,7 +122,11 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
       if (runtime.readiness === 'draining') throw new ToolError('Overloaded', 'the service is shutting down')
       return initialize(request, reply)
     }
-    return forward(request, reply, (await existing(request, reply)).transport)
+    const session = await existing(request, reply)
+    const refusal = claimRequestIds(request.body, session, reply)
+    // Answered as the transport answers a message it cannot take: a JSON-RPC error, status 400.
+    if (refusal !== undefined) return reply.code(400).send({ jsonrpc: '2.0', id: null, error: { code: INVALID_REQUEST, message: refusal } })
+    return forward(request, reply, session.transport)
   })
 
   app.get('/mcp', { schema: { summary: 'MCP Streamable HTTP: the server-to-client event stream of a session', tags: ['mcp'] } }, async (request, reply) =>
