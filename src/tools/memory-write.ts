@@ -10,7 +10,7 @@ import { openContainedDirectory, splitInWorkspace } from '../workspace-fs/open.t
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
 import { fsError } from '../workspace-fs/errors.ts'
-import { withFileLock, withQuotaLock, writeContained } from '../workspace-fs/write.ts'
+import { ensureWritableText, withFileLock, withQuotaLock, writeContained } from '../workspace-fs/write.ts'
 import { MEMORY_PATH, resolveMemoryFile } from './memory-file.ts'
 
 export const memoryWriteTool = defineBuiltin({
@@ -25,6 +25,7 @@ export const memoryWriteTool = defineBuiltin({
   annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
   async execute (args, ctx) {
     const mode = args.mode ?? 'append'
+    ensureWritableText(args.content, MEMORY_PATH)
     const file = await resolveMemoryFile(ctx.workspaceDir)
     await withFileLock(file.absolute, async () => {
       if (mode === 'overwrite') return writeContained(ctx.workspaceDir, file.absolute, MEMORY_PATH, args.content, { createParents: true, quota: ctx.quota })

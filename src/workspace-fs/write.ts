@@ -10,7 +10,7 @@
 import { randomUUID } from 'node:crypto'
 import { lstat, open, rename, rm } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
-import { fsError } from './errors.ts'
+import { fsError, shownPath } from './errors.ts'
 import { runExclusively } from './keyed-mutex.ts'
 import { openContainedDirectory, splitInWorkspace } from './open.ts'
 import { namesDirectory, resolveInWorkspace } from './paths.ts'
@@ -45,6 +45,15 @@ export async function writeWorkspaceFile (workspaceDir: string, userPath: string
 }
 
 /**
+ * Text to be written as UTF-8. A lone surrogate (half a UTF-16 character,
+ * which a JSON string can carry) has no UTF-8 form: written, it would become
+ * U+FFFD unseen, so it is refused.
+ */
+export function ensureWritableText (text: string, userPath: string): void {
+  if (!text.isWellFormed()) throw new ToolError('InvalidArgs', `the text to write to ${shownPath(userPath)} holds a lone surrogate (half of a UTF-16 pair), which has no UTF-8 form`)
+}
+
+/**
  * Writes a file atomically and race-free (the caller holds its `withFileLock`): a temporary file in the (walked,
  * descriptor-held) directory, then a rename within it. A failure leaves the
  * old content; readers never see half a file; an existing symlink at the
@@ -52,6 +61,7 @@ export async function writeWorkspaceFile (workspaceDir: string, userPath: string
  * directories are made on the way.
  */
 export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean, quota?: RoomCheck | undefined } = {}): Promise<void> {
+  if (typeof content === 'string') ensureWritableText(content, userPath)
   const { quota } = options
   if (!quota) return writeInPlace(workspaceDir, absolute, userPath, content, options)
   // The replaced file is measured in the walked directory, never by a path a swap could redirect.

@@ -54,6 +54,27 @@ describe('names of up to 255 bytes in multi-byte characters', () => {
   })
 })
 
+describe('text with a lone surrogate (half of a UTF-16 pair, which JSON can carry)', () => {
+  it('is refused by every writing tool, the file left as it was, never written as U+FFFD', async () => {
+    const app = await buildTestApp(ALL)
+    const dir = await workspaceDir(app, 'halves')
+    await writeFile(path.join(dir, 'f.txt'), 'kept')
+    for (const [tool, args] of [
+      ['write_file', { path: 'f.txt', content: 'a\ud800b' }],
+      ['write', { file_path: 'f.txt', content: '\udc00' }],
+      ['edit_file', { path: 'f.txt', old_text: 'kept', new_text: 'x\ud83d' }],
+      ['edit', { file_path: 'f.txt', old_string: 'kept', new_string: '\ude00y' }],
+      ['memory_write', { content: 'note \ud800' }],
+      ['memory_write', { content: 'note \ud800', mode: 'overwrite' }],
+    ] as const) {
+      const problem = expectProblem(await exec(app, tool, args, { workspace: 'halves' }), 400, 'InvalidArgs', tool)
+      expect(problem['detail']).toMatch(/lone surrogate/)
+    }
+    expect(await readFile(path.join(dir, 'f.txt'), 'utf8')).toBe('kept')
+    expect(await readdir(dir)).toEqual(['f.txt'])
+  })
+})
+
 describe('bytes that are not UTF-8', () => {
   it('are refused by read_file (whole or paged) and read, never shown as U+FFFD', async () => {
     const app = await buildTestApp(ALL)
