@@ -105,6 +105,13 @@ export class ProcessTable {
           await parts.discard()
           throw shuttingDown()
         }
+        // Deleted through another instance while the start was prepared, and maybe made again: the command must
+        // not run in (and write into) the workspace made since. (Its sandbox binds the directory by path a few ms
+        // after this; a deletion inside those is met by the next sweep, which ends the process.)
+        if (place.id !== null && !sameIdentity(identityOf(dir), found)) {
+          await parts.discard()
+          throw new ToolError('NotFound', `workspace ${place.id} was deleted while the process started; start it again to make the workspace anew`)
+        }
         const endChange = usageOf(dir).beginChange()
         try {
           started = new ManagedProcess({

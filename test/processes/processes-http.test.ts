@@ -6,10 +6,13 @@
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { execFileSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { readdir } from 'node:fs/promises'
+import path from 'node:path'
 import { EventSource } from 'undici'
 import { describe, expect, it } from 'vitest'
-import { buildTestApp, onCleanup } from '../helper.ts'
+import { buildTestApp, onCleanup, tempDir } from '../helper.ts'
 import { alive, processesWith, survivorsWith, uniqueSleepSeconds } from '../support/processes.ts'
 
 type Json = Record<string, any>
@@ -201,6 +204,31 @@ describe('processes over REST', () => {
     expect((await starting).body).toMatchObject({ status: 503, code: 'Overloaded' })
     await stopping
     expect(await survivorsWith(`sleep ${mark}`, 1000)).toEqual([])
+    held.restore()
+  })
+
+  it('runs nothing in a workspace another instance deleted and made again while the start was prepared (404)', async () => {
+    const s = await server()
+    expect((await s.call('POST', '/v1/workspaces', { id: 'raced' })).status).toBe(201)
+    const held = holdCalls(s.app.runtime.runner, 'prepare')
+    const mark = uniqueSleepSeconds()
+    const starting = s.call('POST', procs('raced'), { command: `echo old > from-old.txt; sleep ${mark}` })
+    await held.entered
+    // Another instance on the same root (a second pod on the volume, a process of its own) deletes it and makes it again.
+    const script = `
+      import { pino } from 'pino'
+      import { WorkspaceStore } from ${JSON.stringify(new URL('../../src/workspaces/store.ts', import.meta.url).pathname)}
+      const store = new WorkspaceStore({ root: ${JSON.stringify(s.app.runtime.workspaces.root)}, ephemeralRoot: ${JSON.stringify(path.join(await tempDir('toolport-pod-'), 'ephemeral'))}, ttlSeconds: 3600, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }) })
+      await store.init()
+      await store.delete('default', 'raced')
+      console.log((await store.create('default', { id: 'raced' })).dir)
+      await store.close()
+    `
+    const remadeDir = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', cwd: new URL('../..', import.meta.url).pathname }).trim()
+    held.release()
+    expect((await starting).body).toMatchObject({ status: 404, code: 'NotFound' })
+    expect(await survivorsWith(`sleep ${mark}`, 1000)).toEqual([])
+    expect(await readdir(remadeDir)).toEqual([])
     held.restore()
   })
 
