@@ -122,4 +122,17 @@ describe('error table', () => {
     expect(body['detail']).toMatch(/concurrency limit/)
     expect((await slow).status).toBe(200)
   })
+
+  it('Overloaded in a batch (answered 200): the batch carries the Retry-After of its refused calls', async () => {
+    const app = await buildTestApp({ limits: { max_concurrent: 1, max_queue: 0, queue_timeout_ms: 2000 } })
+    const slow = exec(app, 'exec_shell', { command: 'sleep 1' })
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const batch = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { format: 'anthropic', calls: [{ type: 'tool_use', id: 'a', name: 'read_file', input: { path: 'x' } }] } })
+    expect(batch.statusCode).toBe(200)
+    expect(batch.json().results).toMatchObject([{ id: 'a', ok: false, status: 503, error: { code: 'Overloaded' } }])
+    expect(batch.headers['retry-after']).toBe('2')
+    expect((await slow).status).toBe(200)
+    // A batch with no call refused so has none.
+    expect((await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls: [{ id: 'b', name: 'read_file', arguments: { path: 'x' } }] } })).headers['retry-after']).toBeUndefined()
+  })
 })

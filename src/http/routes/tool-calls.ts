@@ -113,6 +113,9 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = a
       // A batch none of whose calls ran to an answer of its own (each refused, stopped by a shutdown's drain,
       // or cut by its token's revocation) is to be retried; one some of whose calls did is kept, so that none runs twice.
       if (done.length > 0 && done.every(({ outcome }) => !outcome.ok && RETRY_INVITED.has(outcome.error.code))) inviteRetry(request)
+      // A call refused as Overloaded has a Retry-After; the batch, answered 200, carries the longest of its calls'.
+      const retryAfter = Math.max(...done.map(({ outcome }) => outcome.ok ? 0 : outcome.error.retryAfterSeconds ?? 0))
+      if (retryAfter > 0) reply.header('retry-after', String(retryAfter))
       const format = request.body.format ?? 'native'
       const messages = done.map(({ id, outcome }) => toolMessage(id, outcome, format))
       const results = done.map(({ id, outcome }) => batchResult(id, outcome, request.id))
