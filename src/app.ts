@@ -95,7 +95,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   app.decorate('runtime', runtime)
   // First of the hooks, so that the span covers a request that auth or a limit refuses.
   if (tracing) installTracing(app, tracing)
-  // Before the other hooks: a request that comes on a connection being closed is not run, nor counted.
+  // Before the other hooks: a request that comes on a connection being closed is not run.
   installAnswerDelivery(app, config.server.request_timeout_ms)
   // A callback hook, not an async one: it runs for every request, and a promise per request is not free.
   // One listener for every response: 'close' fires once per response, so no once-wrapper (or closure) per request.

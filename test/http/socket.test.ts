@@ -238,4 +238,31 @@ describe('an answer sent before the client finished sending its body', () => {
       expect((await app.inject({ method: 'GET', url: `/v1/workspaces/${id}`, headers: { authorization: 'Bearer tok' } })).statusCode).toBe(404)
     }
   })
+
+  it('reads and drops the body of a request it refuses on a closing connection too, so the client still reads its answer', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'tok', tenant: 't' }] } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    const socket = net.connect({ port, host: '127.0.0.1' })
+    await once(socket, 'connect')
+    socket.pause()
+    let writeError: string | undefined
+    socket.on('error', (error: NodeJS.ErrnoException) => { writeError ??= error.code })
+    const send = async (bytes: Buffer | string): Promise<void> => {
+      if (!socket.destroyed && !socket.write(bytes)) await Promise.race([once(socket, 'drain'), once(socket, 'close')])
+    }
+    const chunk = Buffer.alloc(64 * 1024, 0x20)
+    // Refused for its missing token; a second request, with a large body, is pipelined behind it; nothing is read meanwhile.
+    await send(`POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${16 * chunk.length}\r\n\r\n`)
+    for (let i = 0; i < 16; i++) await send(chunk)
+    await send(`POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: ${256 * chunk.length}\r\n\r\n`)
+    for (let i = 0; i < 256 && !socket.destroyed; i++) await send(chunk)
+    let answer = ''
+    socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
+    const closed = new Promise((resolve) => socket.once('close', resolve))
+    socket.resume()
+    await closed
+    expect(writeError).toBeUndefined()
+    expect(answer.match(/HTTP\/1\.1 \d+/g)).toEqual(['HTTP/1.1 401'])
+  })
 })

@@ -20,7 +20,11 @@ export function installAnswerDelivery (app: FastifyInstance, stalledAfterMs: num
   // connection closes, sends it again on a new one. Looked at before its body is read and again
   // before its handler, for one that was already under way when the answer was sent.
   const refuseWhenClosing = (request: FastifyRequest, reply: FastifyReply, done: () => void): void => {
-    if (closing.has(request.raw.socket)) reply.hijack()
+    if (closing.has(request.raw.socket)) {
+      // Its body is read and dropped with the rest: left unread, it would stop the reading that the close waits on.
+      request.raw.resume()
+      reply.hijack()
+    }
     done()
   }
   app.addHook('onRequest', refuseWhenClosing)

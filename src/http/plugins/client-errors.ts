@@ -40,10 +40,12 @@ export function answerClientError (error: NodeJS.ErrnoException, socket: Socket)
 /**
  * Whether the connection has an answer under way that is not this failed request's own: Node's
  * answer in progress on it (started, or waiting for its request's handler) belongs to another
- * request than the one being read when it failed.
+ * request than the one whose body was being read when it failed. (The parser keeps the last
+ * request it read as `incoming` once that one is whole: bad headers after it are not its.)
  */
 function owesEarlierAnswer (socket: Socket): boolean {
-  const { _httpMessage: answer, parser } = socket as Socket & { _httpMessage?: { headersSent?: boolean, req?: unknown } | null, parser?: { incoming?: unknown } | null }
+  const { _httpMessage: answer, parser } = socket as Socket & { _httpMessage?: { headersSent?: boolean, req?: unknown } | null, parser?: { incoming?: { complete?: boolean } | null } | null }
   if (answer === undefined || answer === null) return false
-  return answer.headersSent === true || answer.req !== parser?.incoming
+  const reading = parser?.incoming
+  return answer.headersSent === true || reading === undefined || reading === null || reading.complete === true || answer.req !== reading
 }
