@@ -70,7 +70,7 @@ export class WorkspaceExpiry {
     void layout().saveRenewal(meta).then(async (saved) => {
       // Deleted while the write was under way, here or by another instance (which moves the directory
       // away first): the write must not bring it back.
-      if (saved && (cache.get(entry.tenant, entry.id) === undefined || !await directoryExists(entry.dir))) await layout().removeMetaOf(meta)
+      if (saved && (!cache.holds(entry) || !await directoryExists(entry.dir))) await layout().removeMetaOf(meta)
     }).catch((error: unknown) => log.warn({ err: error }, 'could not save workspace metadata'))
   }
 
@@ -105,7 +105,14 @@ export class WorkspaceExpiry {
     }
     if (entry.expiresAt > now) return false
     const meta = await layout().read(entry.tenant, entry.id)
-    if (meta && meta.expiresAt > now) {
+    if (meta === null || !sameWorkspace(meta, entry)) {
+      // Removed elsewhere (and maybe made again): nothing of it to remove by its name, which another
+      // workspace may have now; what this instance kept of it goes. (Unreadable metadata waits.)
+      if (meta === null && await layout().hasMeta(entry.tenant, entry.id)) return false
+      if (entry.users === 0) await this.#forgetRemoved(entry)
+      return false
+    }
+    if (meta.expiresAt > now) {
       entry.expiresAt = meta.expiresAt
       return false
     }
@@ -125,7 +132,7 @@ export class WorkspaceExpiry {
    * here in it ends.
    */
   async #keepHeld (entry: CachedWorkspace): Promise<void> {
-    const { cache, layout, log, removedElsewhere } = this.#options
+    const { layout } = this.#options
     const meta = await layout().read(entry.tenant, entry.id)
     // Its directory gone is a removal too: a renewal of ours written late may have brought the metadata back
     // (one that cannot be looked at, EIO on a network volume, is not taken for gone).
@@ -134,6 +141,13 @@ export class WorkspaceExpiry {
       this.renew(entry, this.#options.holdMs)
       return
     }
+    await this.#forgetRemoved(entry)
+  }
+
+  /** A workspace another instance removed: forgotten here, and what ran or was kept here of it goes (once: a lookup may have come first). */
+  async #forgetRemoved (entry: CachedWorkspace): Promise<void> {
+    const { cache, log, removedElsewhere } = this.#options
+    if (!cache.holds(entry)) return
     cache.forget(entry)
     await removedElsewhere(entry).catch((error: unknown) => log.error({ err: error, workspace: entry.id }, 'could not end what ran in a workspace removed elsewhere'))
   }

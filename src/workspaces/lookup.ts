@@ -62,11 +62,13 @@ export class WorkspaceLookup {
     // workspace that is gone: only that metadata goes, never a directory or record made since for a new
     // workspace of the id by another instance.
     if (meta) await layout().removeMetaOf(meta)
-    if (cached) {
+    // Removed elsewhere (metadata that cannot be read is not taken for that): what ran here in it ends,
+    // and what this instance kept of it (ended processes, usage) goes, or a new workspace of the id would
+    // show it; once, should a sweep have come first.
+    const removed = cached?.made === true && (meta !== null || !await layout().hasMeta(tenant, id))
+    if (cached && cache.holds(cached)) {
       cache.forget(cached)
-      // Removed elsewhere (metadata that cannot be read is not taken for that): what ran here in it ends,
-      // and what this instance kept of it (ended processes, usage) goes, or a new workspace of the id would show it.
-      if (cached.made && (meta !== null || !await layout().hasMeta(tenant, id))) await removedElsewhere(cached)
+      if (removed) await removedElsewhere(cached)
     }
     throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)}`)
   }

@@ -100,16 +100,25 @@ export class WorkspaceLayout {
     return path.join(this.#metaDir(tenant), metaFileName(id))
   }
 
-  /** Claims an id: false when its metadata exists already (made here or by another instance). */
+  /**
+   * Claims an id: false when its metadata exists already (made here or by
+   * another instance). Written whole, then linked into place (link fails
+   * when the name exists): no instance ever reads the record half written,
+   * which would look like none.
+   */
   async claim (meta: WorkspaceMeta): Promise<boolean> {
     const file = this.metaFile(meta.tenant, meta.id)
     await mkdir(path.dirname(file), { recursive: true })
+    const temp = `${file}.${randomUUID()}.tmp`
+    await writeFile(temp, JSON.stringify(meta))
     try {
-      await writeFile(file, JSON.stringify(meta), { flag: 'wx' })
+      await link(temp, file)
       return true
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
       throw error
+    } finally {
+      await rm(temp, { force: true })
     }
   }
 
@@ -135,8 +144,9 @@ export class WorkspaceLayout {
    * Saves a renewal of `meta`'s workspace only while the metadata there is
    * still that workspace's: never over one made again under the id since
    * (another instance deleted and re-made it), nor in place of one deleted
-   * (false then). Between the look and the write another instance can still
-   * act: the window is two system calls, not a renewal's whole way.
+   * (false then). Between the look and the write (a temporary file renamed
+   * into place) another instance can still act, not through a renewal's
+   * whole way.
    */
   async saveRenewal (meta: WorkspaceMeta): Promise<boolean> {
     const found = await this.read(meta.tenant, meta.id)
@@ -148,23 +158,14 @@ export class WorkspaceLayout {
   /**
    * Removes the metadata of `meta`'s workspace, and only it: metadata that
    * outlived its directory (a removal under way or cut short, a renewal
-   * written late). One that another instance made since for a new workspace
-   * of the id is put back: it is moved aside and looked at first, as a
-   * removal by name would take the new workspace's.
+   * written late). One another instance made since for a new workspace of
+   * the id stays. Between the look and the removal another instance can
+   * still act: the window is two system calls, where a removal by name
+   * took the new workspace whatever its age.
    */
   async removeMetaOf (meta: WorkspaceMeta): Promise<void> {
-    const file = this.metaFile(meta.tenant, meta.id)
-    const aside = `${file}.${randomUUID()}.removing`
-    try {
-      await rename(file, aside)
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return
-      throw error
-    }
-    const found = await readMeta(aside)
-    // Put back unless yet another has been claimed meanwhile (link fails then, and that one stands).
-    if (found !== null && !sameWorkspace(found, meta)) await link(aside, file).catch(() => {})
-    await rm(aside, { force: true })
+    const found = await this.read(meta.tenant, meta.id)
+    if (found !== null && sameWorkspace(found, meta)) await rm(this.metaFile(meta.tenant, meta.id), { force: true })
   }
 
   /**

@@ -313,4 +313,29 @@ describe('instances sharing a workspace root', () => {
     await b.create('t', { id: 'counted' })
     expect(await a.info('t', 'counted')).toMatchObject({ files: 0, bytes: 0 })
   })
+
+  it('leave alone, when removing metadata that outlived its directory, a record another instance is still writing', async () => {
+    const [a] = await instances(1) as [WorkspaceStore]
+    await a.create('t', { id: 'claimed' })
+    const layout = new WorkspaceLayout(a.root)
+    const old = await layout.read('t', 'claimed') as NonNullable<Awaited<ReturnType<WorkspaceLayout['read']>>>
+    // The old record gone, and the name taken by a record not yet whole (as a non-atomic write would leave it).
+    const file = path.join(a.root, 'tenants', 't', 'meta', `${directoryNameOf('claimed')}.json`)
+    await writeFile(file, '')
+    await layout.removeMetaOf(old)
+    expect(existsSync(file)).toBe(true)
+  })
+
+  it('sweep away nothing by name when the expired workspace it knows was removed and made again elsewhere', async () => {
+    const [a, b] = await instances(2, { ttlSeconds: 1 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'swept' })
+    await (await a.acquire('t', 'swept')).release()
+    await b.delete('t', 'swept')
+    const made = await b.create('t', { id: 'swept', ttlSeconds: 600 })
+    await writeContained(made.dir, path.join(made.dir, 'new.txt'), 'new.txt', 'new', { quota: workspaceQuota(made.dir, 1024) })
+    // Past the old workspace's expiry, as a's sweep sees it.
+    await a.sweep(Date.now() + 5000)
+    expect(await b.find('t', 'swept')).toMatchObject({ createdAt: made.createdAt })
+    expect(existsSync(path.join(made.dir, 'new.txt'))).toBe(true)
+  })
 })
