@@ -79,13 +79,13 @@ describe('/mcp', () => {
 
 describe('/mcp requests a session cannot take', () => {
   /** A raw session: its id, and a POST of `body` in it (its status and text, read to the end). */
-  async function rawSession (base: string): Promise<(body: unknown) => Promise<{ status: number, text: string }>> {
+  async function rawSession (base: string): Promise<(body: unknown, signal?: AbortSignal) => Promise<{ status: number, text: string }>> {
     const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
     const init = await fetch(`${base}/mcp`, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }) })
     await init.text()
     const session = init.headers.get('mcp-session-id') as string
-    const post = async (body: unknown): Promise<{ status: number, text: string }> => {
-      const answer = await fetch(`${base}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' }, body: JSON.stringify(body) })
+    const post = async (body: unknown, signal?: AbortSignal): Promise<{ status: number, text: string }> => {
+      const answer = await fetch(`${base}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' }, body: JSON.stringify(body), signal })
       return { status: answer.status, text: await answer.text() }
     }
     await post({ jsonrpc: '2.0', method: 'notifications/initialized' })
@@ -110,5 +110,24 @@ describe('/mcp requests a session cannot take', () => {
     const empty = await post([])
     expect(empty.status).toBe(400)
     expect(JSON.parse(empty.text)).toMatchObject({ error: { code: -32600 } })
+  })
+
+  it('keeps the id of a call whose client left until the call is answered: a retry with it is refused, not given the first call\'s answer', async () => {
+    const app = await buildTestApp()
+    const post = await rawSession(await listening(app))
+    const call = (command: string) => ({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'exec_shell', arguments: { command } } })
+    const left = new AbortController()
+    const first = post(call('sleep 1; echo FIRST'), left.signal).catch(() => undefined)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    left.abort()
+    await first
+    const retry = await post(call('echo SECOND'))
+    expect(retry.status).toBe(400)
+    expect(retry.text).not.toContain('FIRST')
+    // Once the first call has ended, the id is free again.
+    await new Promise((resolve) => setTimeout(resolve, 1200))
+    const again = await post(call('echo THIRD'))
+    expect(again.text).toContain('THIRD')
+    expect(again.text).not.toContain('FIRST')
   })
 })

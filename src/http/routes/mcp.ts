@@ -46,9 +46,11 @@ const idsInFlight = new WeakMap<McpSession, Set<string | number>>()
 
 /**
  * Takes the ids of the requests in `body` for the session until this POST's
- * answer ends; why not, when the batch is empty or an id is one a request
- * still to be answered has (the transport would send the answer of one to
- * the other's stream and leave that stream open for good).
+ * answer ends (a tool call's until it is answered, however long after its
+ * client left: the session's `calls.unanswered`); why not, when the batch is
+ * empty or an id is one a request still to be answered has (the transport
+ * would send the answer of one to the other's stream and leave that stream
+ * open for good).
  */
 function claimRequestIds (body: unknown, session: McpSession, reply: FastifyReply): string | undefined {
   if (Array.isArray(body) && body.length === 0) return 'an empty batch holds no request'
@@ -59,7 +61,7 @@ function claimRequestIds (body: unknown, session: McpSession, reply: FastifyRepl
     return typeof id === 'string' || typeof id === 'number' ? [id] : []
   })
   const inFlight = idsInFlight.get(session) ?? new Set()
-  if (new Set(ids).size < ids.length || ids.some((id) => inFlight.has(id))) return 'a request id must not be one that a request still to be answered in this session has'
+  if (new Set(ids).size < ids.length || ids.some((id) => inFlight.has(id) || session.calls.unanswered.has(id))) return 'a request id must not be one that a request still to be answered in this session has'
   idsInFlight.set(session, inFlight)
   for (const id of ids) inFlight.add(id)
   reply.raw.once('close', () => { for (const id of ids) inFlight.delete(id) })
