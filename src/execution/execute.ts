@@ -212,7 +212,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
         }
       } catch (error) {
-        throw signal.aborted ? error : await asDeletedWorkspace(error, lease)
+        throw signal.aborted || tool.source === 'mcp' ? error : await asDeletedWorkspace(error, lease)
       } finally {
         await lease.release()
       }
@@ -253,16 +253,18 @@ function stoppedBy (error: ToolError, killSignal: AbortSignal, callerSignal: Abo
 const DELETION_SYMPTOMS = new Set(['ExecutionFailed', 'InvalidPath', 'FileNotFound'])
 
 /**
- * A call whose persistent workspace was deleted while it ran (its directory
- * is gone) and that failed for it (a command that could not start there, a
- * file gone from under it) is NotFound, as a call after the deletion is:
- * not the 500 or the containment error the tool met.
+ * A call of a tool that works in its workspace (a built-in, an executable;
+ * an MCP tool runs in its own server), whose persistent workspace was
+ * deleted while it ran (its directory is gone) and that failed for it (a
+ * command that could not start there, a file gone from under it), is
+ * NotFound, as a call after the deletion is: not the 500 or the containment
+ * error the tool met. What it met stays its cause (logged when it is no
+ * ToolError).
  */
 async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease): Promise<unknown> {
   if (lease.id === null || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
   if (await directoryExists(lease.dir).catch(() => true)) return error
-  // The tool's own failure is no fault of the service's: it is not logged as one.
-  return new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error instanceof ToolError ? error : undefined })
+  return new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error })
 }
 
 function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null, left: boolean): void {

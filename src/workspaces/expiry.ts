@@ -16,7 +16,7 @@ export interface WorkspaceExpiryOptions {
   log: Logger
   /** The store's removal of a workspace (its removal listeners first, then the trash). */
   remove: (tenant: string, id: string) => Promise<void>
-  /** Another instance removed a workspace held here: what runs here in it ends (its removal listeners), nothing else. */
+  /** Another instance removed a workspace known here: what runs here in it ends (its removal listeners), and what this instance kept of it goes (never its files). */
   removedElsewhere: (entry: CachedWorkspace) => Promise<void>
   /** Runs a task as a removal of the workspace at `dir` (WorkspaceStore.withoutRemoval): a process start waits, or is waited for. */
   asRemoval: (dir: string, task: () => Promise<void>) => Promise<void>

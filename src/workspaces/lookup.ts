@@ -3,8 +3,8 @@
  * directory there), else
  * from its metadata on disk (another instance may have made, renewed or
  * removed it); made on first use for a call that names it. A workspace
- * found expired, or whose metadata has lost its directory, is removed
- * there and then.
+ * found expired is removed there and then; metadata that has lost its
+ * directory is, alone (a removal elsewhere left it, or a renewal written late).
  */
 import { ToolError } from '../errors.ts'
 import type { CachedWorkspace, CachedWorkspaces } from './cached-workspaces.ts'
@@ -27,7 +27,7 @@ export interface WorkspaceLookupOptions {
   recheckMs?: number
   /** The store's removal of a workspace (a removal already under way, so not in a turn of its own). */
   remove: (tenant: string, id: string) => Promise<void>
-  /** Another instance removed a workspace held here: what runs here in it ends, nothing else. */
+  /** Another instance removed a workspace known here: what runs here in it ends, and what this instance kept of it goes (never its files). */
   removedElsewhere: (entry: CachedWorkspace) => Promise<void>
 }
 

@@ -221,7 +221,7 @@ export class WorkspaceStore {
     return runExclusively(`${dir}\u0000removal`, task)
   }
 
-  /** Another instance removed a workspace held here: what runs here in it ends (its removal listeners), nothing else. */
+  /** Another instance removed a workspace known here: what runs here in it ends (its removal listeners) and its usage is forgotten; its files are not touched. */
   async #removedElsewhere (entry: CachedWorkspace): Promise<void> {
     await this.#beforeRemoval(entry.dir)
     forgetUsage(entry.dir)
