@@ -265,4 +265,42 @@ describe('an answer sent before the client finished sending its body', () => {
     expect(writeError).toBeUndefined()
     expect(answer.match(/HTTP\/1\.1 \d+/g)).toEqual(['HTTP/1.1 401'])
   })
+
+  it('runs and answers, in order, a request that came before the one whose answer closes the connection', async () => {
+    const app = await buildTestApp({ auth: { tokens: [{ token: 'tok', tenant: 't' }] }, server: { body_limit_bytes: 64 * 1024 } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    const body = JSON.stringify({ id: 'before-close' })
+    const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+    socket.on('error', () => {})
+    let answer = ''
+    socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
+    const ended = new Promise((resolve) => socket.once('end', resolve))
+    await once(socket, 'connect')
+    // A valid call, then (in the same write) one refused at once, before its body, for its size: its answer says close.
+    socket.write(`POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+      'POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n')
+    await ended
+    socket.destroy()
+    expect(answer.match(/HTTP\/1\.1 \d+/g)).toEqual(['HTTP/1.1 201', 'HTTP/1.1 413'])
+    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/before-close', headers: { authorization: 'Bearer tok' } })).statusCode).toBe(200)
+  })
+
+  it('keeps the connection after an answer to a request without a body, however soon it is sent', async () => {
+    const app = await buildTestApp()
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as { port: number }
+    const socket = net.connect({ port, host: '127.0.0.1' })
+    socket.on('error', () => {})
+    let answer = ''
+    socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
+    await once(socket, 'connect')
+    socket.write('GET /no-such-route HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n')
+    for (let i = 0; i < 200 && !answer.includes('}'); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(answer.toLowerCase()).not.toContain('connection: close')
+    socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n')
+    for (let i = 0; i < 200 && !answer.includes('"ok"'); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+    socket.destroy()
+    expect(answer.match(/HTTP\/1\.1 \d+/g)).toEqual(['HTTP/1.1 404', 'HTTP/1.1 200'])
+  })
 })

@@ -13,21 +13,34 @@ const LINGER_MS = 2000
 
 /** `stalledAfterMs`: how long an answer may go with its client taking none of it (server.request_timeout_ms). */
 export function installAnswerDelivery (app: FastifyInstance, stalledAfterMs: number): void {
-  /** Connections an answer said it closes: the requests that come on them after it are not run. */
-  const closing = new WeakSet<Socket>()
-  // A request that comes after an answer said `connection: close` (pipelined behind it, or sent while
-  // the connection lingers) is neither run nor answered (RFC 9112 §9.6): its client, told the
-  // connection closes, sends it again on a new one. Looked at before its body is read and again
-  // before its handler, for one that was already under way when the answer was sent.
+  /** Requests in the order they came on their connection (1, 2, …). */
+  const arrived = new WeakMap<Socket, number>()
+  const placeOf = new WeakMap<IncomingMessage, number>()
+  /** Connections an answer said it closes, with that answer's request's place: the requests after it are not run. */
+  const closingAfter = new WeakMap<Socket, number>()
+  // A request that comes after one whose answer said `connection: close` (pipelined behind it, or sent
+  // while the connection lingers) is neither run nor answered (RFC 9112 §9.6): its client, told the
+  // connection closes, sends it again on a new one. Looked at before its body is read and again before
+  // its handler, for one that was already under way when the answer was sent; one that came before
+  // that answer runs and is answered first, as pipelining has it.
   const refuseWhenClosing = (request: FastifyRequest, reply: FastifyReply, done: () => void): void => {
-    if (closing.has(request.raw.socket)) {
+    const { socket } = request.raw
+    const place = placeOf.get(request.raw) ?? 0
+    const last = closingAfter.get(socket)
+    if (last !== undefined && place > last) {
       // Its body is read and dropped with the rest: left unread, it would stop the reading that the close waits on.
       request.raw.resume()
       reply.hijack()
     }
     done()
   }
-  app.addHook('onRequest', refuseWhenClosing)
+  app.addHook('onRequest', (request, reply, done) => {
+    const { socket } = request.raw
+    const place = (arrived.get(socket) ?? 0) + 1
+    arrived.set(socket, place)
+    placeOf.set(request.raw, place)
+    refuseWhenClosing(request, reply, done)
+  })
   app.addHook('preHandler', refuseWhenClosing)
   app.addHook('onSend', (request, reply, payload, done) => {
     // (Event streams, which write themselves, cut theirs: process-events.ts.)
@@ -35,11 +48,25 @@ export function installAnswerDelivery (app: FastifyInstance, stalledAfterMs: num
     // (A request injected in a test has no socket.)
     const socket = request.raw.socket
     if (socket instanceof Socket) {
-      if (!request.raw.complete) closeAfterAnswer(request.raw, reply.raw)
-      if (String(reply.getHeader('connection')).toLowerCase() === 'close') closing.add(socket)
+      if (!bodyRead(request.raw)) closeAfterAnswer(request.raw, reply.raw)
+      if (String(reply.getHeader('connection')).toLowerCase() === 'close') {
+        const place = placeOf.get(request.raw) ?? 0
+        closingAfter.set(socket, Math.min(closingAfter.get(socket) ?? place, place))
+      }
     }
     done(null, payload)
   })
+}
+
+/**
+ * Whether the request's body has been read to its end. One that has none is: Node marks it complete
+ * only once its 'request' event is over, and an answer sent within it (a refused request line) is
+ * no early one.
+ */
+function bodyRead (request: IncomingMessage): boolean {
+  if (request.complete) return true
+  const length = request.headers['content-length']
+  return request.headers['transfer-encoding'] === undefined && (length === undefined || Number(length) === 0)
 }
 
 /**

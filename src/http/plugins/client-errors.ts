@@ -22,7 +22,11 @@ export function answerClientError (error: NodeJS.ErrnoException, socket: Socket)
   // A connection that is gone, or one that owes an answer to an earlier request (one already on its
   // way, whose body these bytes would corrupt, or one still to come for a request pipelined before this
   // one, which would take this 400 for its own), is only closed.
-  if (error.code === 'ECONNRESET' || !socket.writable || owesEarlierAnswer(socket)) {
+  const owed = owesEarlierAnswer(socket)
+  // Bytes after a request that said `Connection: close`: that request's answer is still to come, and
+  // the connection closes after it.
+  if (owed && error.code === 'HPE_CLOSED_CONNECTION') return
+  if (error.code === 'ECONNRESET' || !socket.writable || owed) {
     socket.destroy()
     return
   }
