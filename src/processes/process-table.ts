@@ -64,6 +64,8 @@ export class ProcessTable {
   readonly #maxEndedBytes: number
   readonly #outputSockets: OutputSockets
   #closed = false
+  /** Writes of an ended process's end into its record, still under way. */
+  readonly #recording = new Set<Promise<void>>()
 
   /** Should the service exit without closing the table, its processes go with it. */
   readonly #killAllAtExit = (): void => { for (const each of this.#all()) each.killNow() }
@@ -126,7 +128,12 @@ export class ProcessTable {
               // The record says it ended (no call need go to this instance for its network any more), then the oldest go.
               const { record } = parts
               const recorded = record ? this.#options.records.write(record.tenant, { ...record.record, ended_at: new Date().toISOString() }, { update: true }).catch(() => {}) : Promise.resolve()
-              void recorded.then(() => { if (started !== undefined) this.#keepEnded(started, dir, place) })
+              // A stop waits for it: the other instances read when the process ended from the record alone once this one is gone.
+              this.#recording.add(recorded)
+              void recorded.then(() => {
+                this.#recording.delete(recorded)
+                if (started !== undefined) this.#keepEnded(started, dir, place)
+              })
             },
           })
         } catch (error) {
@@ -207,6 +214,7 @@ export class ProcessTable {
   async stopAll (signal: KillSignal): Promise<void> {
     this.#closed = true
     await Promise.all([...this.#all()].map((each) => each.kill(signal)))
+    await Promise.all(this.#recording)
   }
 
   /** Kills every process (service shutdown); none starts after. */
