@@ -7,7 +7,7 @@
 import type { Logger } from 'pino'
 import { metaOf, type CachedWorkspace, type CachedWorkspaces } from './cached-workspaces.ts'
 import type { WorkspaceLease } from './ephemeral.ts'
-import { directoryExists, sameWorkspace, type WorkspaceLayout } from './meta.ts'
+import { directoryExists, sameWorkspace, type WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
 
 export interface WorkspaceExpiryOptions {
   cache: CachedWorkspaces
@@ -15,7 +15,7 @@ export interface WorkspaceExpiryOptions {
   layout: () => WorkspaceLayout
   log: Logger
   /** The store's removal of a workspace (its removal listeners first, then the trash). */
-  remove: (tenant: string, id: string) => Promise<void>
+  remove: (workspace: WorkspaceMeta) => Promise<void>
   /** Another instance removed a workspace known here: what runs here in it ends (its removal listeners), and what this instance kept of it goes (never its files). */
   removedElsewhere: (entry: CachedWorkspace) => Promise<void>
   /** Runs a task as a removal of the workspace at `dir` (WorkspaceStore.withoutRemoval): a process start waits, or is waited for. */
@@ -118,7 +118,7 @@ export class WorkspaceExpiry {
     }
     if (!cache.holds(entry) || entry.users > 0) return false
     cache.delete(entry.tenant, entry.id)
-    await remove(entry.tenant, entry.id).catch((error: unknown) => {
+    await remove(entry).catch((error: unknown) => {
       log.error({ err: error, workspace: entry.id }, 'could not remove an expired workspace')
     })
     return true

@@ -26,7 +26,7 @@ export interface WorkspaceLookupOptions {
   /** How long a cached workspace is trusted before its metadata is read again. */
   recheckMs?: number
   /** The store's removal of a workspace (a removal already under way, so not in a turn of its own). */
-  remove: (tenant: string, id: string) => Promise<void>
+  remove: (workspace: WorkspaceMeta) => Promise<void>
   /** Another instance removed a workspace known here: what runs here in it ends, and what this instance kept of it goes (never its files). */
   removedElsewhere: (entry: CachedWorkspace) => Promise<void>
 }
@@ -128,7 +128,7 @@ export class WorkspaceLookup {
     if (entry.expiresAt <= Date.now() && entry.users === 0) {
       // Expired is gone, whether or not the sweeper has come by yet.
       cache.forget(entry)
-      await remove(tenant, id)
+      await remove(entry)
       throw new ToolError('NotFound', `no workspace ${JSON.stringify(id)} (it expired)`)
     }
     return entry

@@ -169,14 +169,23 @@ export class WorkspaceLayout {
   }
 
   /**
-   * Removes a workspace: its directory goes to the trash first, in one
-   * rename (an instance that still finds the metadata then sees a workspace
-   * without its directory, which is gone; and a creation of the id starts
-   * empty), then the metadata. The files are removed from the trash later.
+   * Removes the workspace `meta` describes: its directory goes to the trash
+   * first, in one rename (an instance that still finds the metadata then
+   * sees a workspace without its directory, which is gone; and a creation
+   * of the id starts empty), then its metadata. The files are removed from
+   * the trash later. Nothing is done when the metadata there is no longer
+   * its own: another instance removed it (directory first), and may have
+   * made the id again, whose directory and record are not this removal's.
    */
-  async remove (tenant: string, id: string): Promise<void> {
+  async remove (meta: WorkspaceMeta): Promise<void> {
+    const { tenant, id } = meta
+    const found = await this.read(tenant, id)
+    // Metadata that cannot be read is the workspace's as far as anyone can tell: it goes by name.
+    const unreadable = found === null && await this.hasMeta(tenant, id)
+    if (!unreadable && (found === null || !sameWorkspace(found, meta))) return
     await moveToTrash(this.workspaceDir(tenant, id), this.trashDir)
-    await rm(this.metaFile(tenant, id), { force: true })
+    if (unreadable) await rm(this.metaFile(tenant, id), { force: true })
+    else await this.removeMetaOf(meta)
     // A process another instance starts meanwhile may write its record into the directory being
     // removed: rm retries what a new entry made fail.
     await rm(this.processesDir(tenant, id), { recursive: true, force: true, maxRetries: 3 })

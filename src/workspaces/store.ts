@@ -33,7 +33,7 @@ import { EphemeralWorkspaces, type WorkspaceLease } from './ephemeral.ts'
 import { WorkspaceExpiry } from './expiry.ts'
 import { validateWorkspaceId } from './ids.ts'
 import { WorkspaceLookup } from './lookup.ts'
-import { WorkspaceLayout } from './meta.ts'
+import { WorkspaceLayout, type WorkspaceMeta } from './meta.ts'
 import { describeWorkspace, type WorkspaceInfo, type WorkspaceRecord } from './record.ts'
 import { WorkspaceTrash } from './trash.ts'
 import { forgetUsage, usageOf } from './usage.ts'
@@ -89,14 +89,14 @@ export class WorkspaceStore {
       ttlSeconds: options.ttlSeconds,
       maxWorkspacesOf: options.maxWorkspacesOf,
       recheckMs: options.recheckMs,
-      remove: (tenant, id) => this.#remove(tenant, id),
+      remove: (workspace) => this.#remove(workspace),
       removedElsewhere: (entry) => this.#removedElsewhere(entry),
     })
     this.#expiry = new WorkspaceExpiry({
       cache: this.#cache,
       layout: () => this.#layout,
       log: options.log,
-      remove: (tenant, id) => this.#remove(tenant, id),
+      remove: (workspace) => this.#remove(workspace),
       removedElsewhere: (entry) => this.#removedElsewhere(entry),
       asRemoval: (dir, task) => this.withoutRemoval(dir, task),
       // Past the next sweep of every instance, with room to spare: theirs must not find a held workspace expired.
@@ -205,9 +205,9 @@ export class WorkspaceStore {
 
   async delete (tenant: string, id: string): Promise<void> {
     await this.withoutRemoval(this.dirOf(tenant, id), async () => {
-      await this.find(tenant, id)
+      const found = await this.find(tenant, id)
       this.#cache.delete(tenant, id)
-      await this.#remove(tenant, id)
+      await this.#remove(found)
     })
   }
 
@@ -228,10 +228,11 @@ export class WorkspaceStore {
   }
 
   /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
-  async #remove (tenant: string, id: string): Promise<void> {
-    await this.#beforeRemoval(this.#layout.workspaceDir(tenant, id))
-    await this.#layout.remove(tenant, id)
-    forgetUsage(this.#layout.workspaceDir(tenant, id))
+  async #remove (workspace: WorkspaceMeta): Promise<void> {
+    const dir = this.#layout.workspaceDir(workspace.tenant, workspace.id)
+    await this.#beforeRemoval(dir)
+    await this.#layout.remove(workspace)
+    forgetUsage(dir)
     void this.#trash?.empty()
   }
 

@@ -338,4 +338,18 @@ describe('instances sharing a workspace root', () => {
     expect(await b.find('t', 'swept')).toMatchObject({ createdAt: made.createdAt })
     expect(existsSync(path.join(made.dir, 'new.txt'))).toBe(true)
   })
+
+  it('take nothing of a workspace made again under the id when a removal decided on the old one lands late', async () => {
+    const [a, b] = await instances(2) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'late-removal' })
+    const layout = new WorkspaceLayout(a.root)
+    const old = await layout.read('t', 'late-removal') as NonNullable<Awaited<ReturnType<WorkspaceLayout['read']>>>
+    // Another instance removes it and makes the id again, with a file, before this removal lands.
+    await b.delete('t', 'late-removal')
+    const made = await b.create('t', { id: 'late-removal' })
+    await writeContained(made.dir, path.join(made.dir, 'new.txt'), 'new.txt', 'new', { quota: workspaceQuota(made.dir, 1024) })
+    await layout.remove(old)
+    expect(await a.find('t', 'late-removal')).toMatchObject({ createdAt: made.createdAt })
+    expect(existsSync(path.join(made.dir, 'new.txt'))).toBe(true)
+  })
 })
