@@ -15,7 +15,7 @@ import { clipText, errorWithinLimit, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
 import type { WorkspaceLease } from '../workspaces/ephemeral.ts'
-import { directoryExists } from '../workspaces/meta.ts'
+import { type Identity, identityOf, sameIdentity } from '../workspaces/usage-directory.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
 
@@ -180,6 +180,8 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
     try {
       const lease = await workspace.lease()
       workspaceId = lease.id
+      // The workspace's directory as the call found it: deleted, or deleted and made again, while it runs, it is another.
+      const found = lease.id === null ? undefined : identityOf(lease.dir)
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
         // In a workspace whose processes run on another instance, commands run there too: that is where its network is.
@@ -212,7 +214,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
         }
       } catch (error) {
-        throw signal.aborted || tool.source === 'mcp' ? error : await asDeletedWorkspace(error, lease)
+        throw signal.aborted || tool.source === 'mcp' ? error : asDeletedWorkspace(error, lease, found)
       } finally {
         await lease.release()
       }
@@ -255,15 +257,15 @@ const DELETION_SYMPTOMS = new Set(['ExecutionFailed', 'InvalidPath', 'FileNotFou
 /**
  * A call of a tool that works in its workspace (a built-in, an executable;
  * an MCP tool runs in its own server), whose persistent workspace was
- * deleted while it ran (its directory is gone) and that failed for it (a
- * command that could not start there, a file gone from under it), is
- * NotFound, as a call after the deletion is: not the 500 or the containment
- * error the tool met. What it met stays its cause (logged when it is no
- * ToolError).
+ * deleted while it ran (its directory is gone, or another made since under
+ * the id) and that failed for it (a command that could not start there, a
+ * file gone from under it), is NotFound, as a call after the deletion is:
+ * not the 500 or the containment error the tool met. What it met stays its
+ * cause (logged when it is no ToolError).
  */
-async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease): Promise<unknown> {
+function asDeletedWorkspace (error: unknown, lease: WorkspaceLease, found: Identity | undefined): unknown {
   if (lease.id === null || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
-  if (await directoryExists(lease.dir).catch(() => true)) return error
+  if (sameIdentity(identityOf(lease.dir), found)) return error
   return new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error })
 }
 

@@ -273,14 +273,19 @@ describe('a call whose workspace is deleted while it runs', () => {
   it('answers NotFound, as a call after the deletion would, not the failure the tool met there', async () => {
     const dir = await toolsDir()
     // Fails once its workspace is gone: what a command, or a file tool, meets when the files go from under it.
-    await placeTool(dir, 'needs-dir', shTool(describeJson('needs_dir'), 'sleep 0.5; test -d "$PWD" || { echo "no workspace" >&2; exit 1; }; echo ok'))
+    await placeTool(dir, 'needs-dir', shTool(describeJson('needs_dir'), 'touch "$PWD/mine"; sleep 0.5; test -f "$PWD/mine" || { echo "no workspace" >&2; exit 1; }; echo ok'))
     const app = await appWith(dir, { executable_timeout_seconds: 10 })
     expect(await eventually(async () => (await catalogNames(app)).includes('needs_dir'))).toBe(true)
     expect((await exec(app, 'needs_dir', {}, { workspace: 'kept' })).body.result).toBe('ok\n')
-    expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'doomed' } })).statusCode).toBe(201)
-    const call = exec(app, 'needs_dir', {}, { workspace: 'doomed' })
-    await new Promise((resolve) => setTimeout(resolve, 150))
-    expect((await app.inject({ method: 'DELETE', url: '/v1/workspaces/doomed' })).statusCode).toBe(204)
-    expectProblem(await call, 404, 'NotFound', 'needs_dir')
+    // Deleted, and deleted and made again (as another instance may, by then), while the call runs.
+    for (const madeAgain of [false, true]) {
+      expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'doomed' } })).statusCode).toBe(201)
+      const call = exec(app, 'needs_dir', {}, { workspace: 'doomed' })
+      await new Promise((resolve) => setTimeout(resolve, 150))
+      expect((await app.inject({ method: 'DELETE', url: '/v1/workspaces/doomed' })).statusCode).toBe(204)
+      if (madeAgain) expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'doomed' } })).statusCode).toBe(201)
+      expectProblem(await call, 404, 'NotFound', 'needs_dir')
+      if (madeAgain) expect((await app.inject({ method: 'DELETE', url: '/v1/workspaces/doomed' })).statusCode).toBe(204)
+    }
   })
 })
