@@ -99,9 +99,9 @@ export class ManagedProcess {
       // Its own process group, so that the group can be signalled; the service kills it at shutdown itself.
       detached: true,
       cleanup: false,
-      stdin: spec.stdin ? 'pipe' : 'ignore',
-      stdout: spec.output.stdout.writer,
-      stderr: spec.output.stderr.writer,
+      // Descriptors past stdio (a workspace directory the sandbox binds): execa hands a number on to Node's spawn,
+      // though its types leave numbers out there.
+      stdio: [spec.stdin ? 'pipe' : 'ignore', spec.output.stdout.writer, spec.output.stderr.writer, ...(spec.launch.passes ?? []) as unknown as Array<'ignore'>],
       buffer: false,
       reject: false,
     })

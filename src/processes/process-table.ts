@@ -10,13 +10,15 @@
  * (being changed) until it ends.
  */
 import { randomBytes } from 'node:crypto'
+import { constants } from 'node:fs'
+import { open } from 'node:fs/promises'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
-import { identityOf, sameIdentity } from '../workspaces/usage-directory.ts'
+import { identityOf, identityOfStats, sameIdentity } from '../workspaces/usage-directory.ts'
 import { type KillSignal, ManagedProcess } from './managed-process.ts'
 import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
@@ -97,22 +99,25 @@ export class ProcessTable {
         throw new ToolError('PermissionDenied', `at most ${config.max_per_workspace} processes may run in one workspace at once`)
       }
       const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id, { lasting: true })
-      // The workspace as this start found it: another instance may delete it, and make it again, meanwhile.
-      const found = identityOf(dir)
+      // The workspace as this start found it, held open: the sandbox binds this very directory, though another
+      // instance may delete the workspace, and make the id again, meanwhile.
+      const directory = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY).catch(() => undefined)
+      const found = directory === undefined ? undefined : identityOfStats(await directory.stat())
       try {
+        if (directory === undefined) throw deletedWhileStarting(place)
         let started: ManagedProcess | undefined
-        const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes))
+        const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes), directory.fd)
         // From here to the table nothing awaits: a close either came before (and nothing starts) or finds the process.
         if (this.#closed) {
           await parts.discard()
           throw shuttingDown()
         }
-        // Deleted through another instance while the start was prepared, and maybe made again: the command must
-        // not run in (and write into) the workspace made since. (Its sandbox binds the directory by path a few ms
-        // after this; a deletion inside those is met by the next sweep, which ends the process.)
+        // Deleted through another instance while the start was prepared, and maybe made again: nothing starts. (A
+        // deletion after this look is met by the next sweep, which ends the process; in the sandbox it runs in the
+        // directory it was given, never in one made since. With the sandbox off it starts in the path's.)
         if (place.id !== null && !sameIdentity(identityOf(dir), found)) {
           await parts.discard()
-          throw new ToolError('NotFound', `workspace ${place.id} was deleted while the process started; start it again to make the workspace anew`)
+          throw deletedWhileStarting(place)
         }
         const endChange = usageOf(dir).beginChange()
         try {
@@ -149,9 +154,12 @@ export class ProcessTable {
         // Removed meanwhile through another instance (its removal does not take turns with a start here), and
         // maybe made again: the start failed for that (its record's directory gone, say), not for a fault of its own.
         if (place.id !== null && (!(error instanceof ToolError) || error.code === 'ExecutionFailed') && !sameIdentity(identityOf(dir), found)) {
-          throw new ToolError('NotFound', `workspace ${place.id} was deleted while the process started; start it again to make the workspace anew`)
+          throw deletedWhileStarting(place)
         }
         throw error
+      } finally {
+        // The command has its own copy by now, if it started.
+        await directory?.close()
       }
     })
   }
@@ -162,7 +170,7 @@ export class ProcessTable {
    * other instances where the process runs, written before the start is
    * answered. What was made goes again when any part fails, or by `discard`.
    */
-  async #prepare (place: ProcessPlace, dir: string, request: StartRequest, received: (stream: StreamName, bytes: Buffer) => void) {
+  async #prepare (place: ProcessPlace, dir: string, request: StartRequest, received: (stream: StreamName, bytes: Buffer) => void, directory: number) {
     const { records, runner, self } = this.#options
     const id = `p_${randomBytes(6).toString('hex')}`
     const startedAt = new Date()
@@ -170,7 +178,7 @@ export class ProcessTable {
       ? undefined
       : { tenant: place.tenant, workspace: place.id, record: { id, workspace: place.id, command: request.command, started_at: startedAt.toISOString(), ended_at: null, owner: self.url, instance: self.instance } }
     const [launch, stdout, stderr, execa, recorded] = await Promise.allSettled([
-      runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir }),
+      runner.prepare({ command: 'sh', args: ['-c', request.command], cwd: dir, directory }),
       this.#outputSockets.pair((bytes) => received('stdout', bytes)),
       this.#outputSockets.pair((bytes) => received('stderr', bytes)),
       // execa loads with the first process started: its many modules would otherwise cost every start-up.
@@ -268,4 +276,9 @@ export class ProcessTable {
 /** The refusal of a start while the service stops. */
 function shuttingDown (): ToolError {
   return new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
+}
+
+/** A start whose workspace another instance deleted (and maybe made again) meanwhile. */
+function deletedWhileStarting (place: ProcessPlace): ToolError {
+  return new ToolError('NotFound', `workspace ${place.id ?? ''} was deleted while the process started; start it again to make the workspace anew`)
 }

@@ -28,7 +28,7 @@ import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { RunCgroup, RunCgroups } from './run-cgroups.ts'
 import { runPrepared } from './process.ts'
 import { commandNameOf, signalRunTree } from './process-tree.ts'
-import type { LaunchOptions, PreparedLaunch, ProcessRunner, RunOptions, RunResult } from './types.ts'
+import { type LaunchOptions, type PreparedLaunch, type ProcessRunner, type RunOptions, type RunResult, WORKSPACE_FD } from './types.ts'
 import { BWRAP } from './programs.ts'
 import type { NetworkLease, WorkspaceNetworks } from './workspace-network.ts'
 
@@ -116,7 +116,9 @@ export class BwrapRunner implements ProcessRunner {
       ...ordered([
         ...hidden.dirs.map((dir) => ({ at: dir, args: ['--tmpfs', dir], hides: true })),
         ...hidden.files.map((file) => ({ at: file, args: ['--ro-bind', '/dev/null', file], hides: true })),
-        { at: options.cwd, args: ['--bind', options.cwd, options.cwd], hides: false },
+        // Bound by descriptor when the caller holds the directory open: that directory, whatever the path names by now
+        // (bwrap closes the descriptor once bound: the command never gets it, nor a way out through its '..').
+        { at: options.cwd, args: options.directory === undefined ? ['--bind', options.cwd, options.cwd] : ['--bind-fd', String(WORKSPACE_FD), options.cwd], hides: false },
         ...(options.readOnlyPaths ?? []).map((p) => ({ at: p, args: ['--ro-bind', p, p], hides: false })),
       ]),
       // Last, once the mount points inside them exist; not recursive, so the binds inside stay as they are.
@@ -176,6 +178,7 @@ export class BwrapRunner implements ProcessRunner {
       args: argv.slice(1),
       env: { PATH: SAFE_PATH },
       cwd: options.cwd,
+      ...(options.directory === undefined ? {} : { passes: [options.directory] }),
       killTree: cgroup?.killAll,
       // bwrap's monitor and the namespace's init: a TERM would end them, and with them (by SIGKILL) the command.
       signalTree: (pid, signal) => signalRunTree({ pid, cgroupPids: cgroup?.pids, spare: (each) => commandNameOf(each) === 'bwrap' }, signal),

@@ -43,7 +43,19 @@ export interface RunResult {
 }
 
 /** What a process needs to be started in the sandbox; the caller runs it (a long-running process: processes/). */
-export type LaunchOptions = Pick<RunOptions, 'command' | 'args' | 'cwd' | 'env' | 'readOnlyPaths'>
+export type LaunchOptions = Pick<RunOptions, 'command' | 'args' | 'cwd' | 'env' | 'readOnlyPaths'> & {
+  /**
+   * An open descriptor of `cwd`, which the caller hands the started program
+   * as its descriptor WORKSPACE_FD (`PreparedLaunch.passes`): the sandbox
+   * binds that very directory, not whatever the path names by the time it
+   * starts (another instance may have removed the workspace and made the id
+   * again meanwhile).
+   */
+  directory?: number
+}
+
+/** The descriptor number a started program gets `LaunchOptions.directory` as. */
+export const WORKSPACE_FD = 3
 
 /**
  * A process ready to start: the program and arguments that start it in the
@@ -54,6 +66,8 @@ export interface PreparedLaunch {
   args: string[]
   env: Record<string, string>
   cwd: string
+  /** Descriptors to hand the program after stdio, from descriptor 3 on (the launch's `directory`, when bound by it). */
+  passes?: number[]
   /** SIGKILLs every process of the run, wherever it went (its cgroup); undefined without one. */
   killTree?: (() => void) | undefined
   /**

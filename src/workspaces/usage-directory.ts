@@ -93,7 +93,7 @@ export async function listDirectory (cursor: TreeCursor): Promise<Listing> {
         listing.bytes += stats.size
         if (stats.nlink > 1) listing.links.add(stats.ino)
       } else if (stats?.isDirectory()) {
-        listing.subdirectories.set(nameOf(entry.name), { dev: stats.dev, ino: stats.ino, born: stats.birthtimeMs })
+        listing.subdirectories.set(nameOf(entry.name), identityOfStats(stats))
       }
     }
   }
@@ -102,11 +102,14 @@ export async function listDirectory (cursor: TreeCursor): Promise<Listing> {
 
 export function identityOf (at: string): Identity | undefined {
   try {
-    const { dev, ino, birthtimeMs } = statSync(at)
-    return { dev, ino, born: birthtimeMs }
+    return identityOfStats(statSync(at))
   } catch {
     return undefined
   }
+}
+
+export function identityOfStats ({ dev, ino, birthtimeMs }: { dev: number, ino: number, birthtimeMs: number }): Identity {
+  return { dev, ino, born: birthtimeMs }
 }
 
 export function sameIdentity (found: Identity | undefined, expected: Identity | undefined): boolean {

@@ -4,8 +4,9 @@
  * missing program looks like in each mode, and the choice of mode at start
  * as /readyz and /metrics report it.
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs'
-import { mkdir, realpath, writeFile } from 'node:fs/promises'
+import { constants, existsSync, readdirSync, readFileSync } from 'node:fs'
+import { mkdir, open, realpath, rename, writeFile } from 'node:fs/promises'
+import { execa } from 'execa'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -36,6 +37,30 @@ describe('the bubblewrap runner', () => {
     expect(result.exitCode).toBe(3)
     expect(result.stdout).toBe(`${cwd}\n${cwd}\n65534\n`)
     expect(readFileSync(path.join(cwd, 'made.txt'), 'utf8')).toBe('hi\n')
+  })
+
+  it('binds the directory it is handed open, not what its path names by the start, and gives the command no descriptor of it', async () => {
+    const runner = await runnerOf('bwrap')
+    const root = await realpath(await tempDir())
+    const cwd = path.join(root, 'ws')
+    await mkdir(cwd)
+    const held = await open(cwd, constants.O_RDONLY | constants.O_DIRECTORY)
+    try {
+      // Removed and made again under the same path (another instance's delete and create) before the start.
+      await rename(cwd, path.join(root, 'trashed'))
+      await mkdir(cwd)
+      const launch = await runner.prepare({ command: 'sh', args: ['-c', 'echo old > here.txt; for fd in /proc/self/fd/*; do readlink "$fd"; done; true'], cwd, directory: held.fd })
+      const child = await execa(launch.file, launch.args, { cwd: launch.cwd, env: launch.env, extendEnv: false, stdio: ['ignore', 'pipe', 'pipe', ...(launch.passes ?? []) as unknown as Array<'ignore'>], reject: false })
+      launch.release()
+      expect(child.exitCode, child.stderr).toBe(0)
+      expect(readdirSync(cwd)).toEqual([])
+      expect(readFileSync(path.join(root, 'trashed', 'here.txt'), 'utf8')).toBe('old\n')
+      // No descriptor of the workspace's directory (whose '..' would lead out of the sandbox).
+      expect(child.stdout).not.toContain(root)
+      expect(child.stdout).not.toContain('/ws')
+    } finally {
+      await held.close()
+    }
   })
 
   it('keeps the root read-only and gives each run its own empty /tmp', async () => {
