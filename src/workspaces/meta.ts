@@ -110,15 +110,28 @@ export class WorkspaceLayout {
     const file = this.metaFile(meta.tenant, meta.id)
     await mkdir(path.dirname(file), { recursive: true })
     const temp = `${file}.${randomUUID()}.tmp`
-    await writeFile(temp, JSON.stringify(meta))
     try {
+      await writeFile(temp, JSON.stringify(meta))
       await link(temp, file)
+      return true
+    } catch (error) {
+      const { code } = error as NodeJS.ErrnoException
+      if (code === 'EEXIST') return false
+      // A volume without hard links (some SMB and FUSE mounts): written in place, exclusively, as before.
+      if (code === 'EPERM' || code === 'ENOTSUP' || code === 'EOPNOTSUPP' || code === 'ENOSYS') return await this.#claimInPlace(file, meta)
+      throw error
+    } finally {
+      await rm(temp, { force: true })
+    }
+  }
+
+  async #claimInPlace (file: string, meta: WorkspaceMeta): Promise<boolean> {
+    try {
+      await writeFile(file, JSON.stringify(meta), { flag: 'wx' })
       return true
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
       throw error
-    } finally {
-      await rm(temp, { force: true })
     }
   }
 
@@ -173,22 +186,26 @@ export class WorkspaceLayout {
    * first, in one rename (an instance that still finds the metadata then
    * sees a workspace without its directory, which is gone; and a creation
    * of the id starts empty), then its metadata. The files are removed from
-   * the trash later. Nothing is done when the metadata there is no longer
-   * its own: another instance removed it (directory first), and may have
-   * made the id again, whose directory and record are not this removal's.
+   * the trash later; `before` runs first (what runs in it ends). Nothing is
+   * done (false) when the metadata there is no longer its own: another
+   * instance removed it (directory first), and may have made the id again,
+   * whose directory and record are not this removal's. Between the look and
+   * the move another instance can still act: rarely, not never.
    */
-  async remove (meta: WorkspaceMeta): Promise<void> {
+  async remove (meta: WorkspaceMeta, before: () => Promise<void> = async () => {}): Promise<boolean> {
     const { tenant, id } = meta
     const found = await this.read(tenant, id)
     // Metadata that cannot be read is the workspace's as far as anyone can tell: it goes by name.
     const unreadable = found === null && await this.hasMeta(tenant, id)
-    if (!unreadable && (found === null || !sameWorkspace(found, meta))) return
+    if (!unreadable && (found === null || !sameWorkspace(found, meta))) return false
+    await before()
     await moveToTrash(this.workspaceDir(tenant, id), this.trashDir)
     if (unreadable) await rm(this.metaFile(tenant, id), { force: true })
     else await this.removeMetaOf(meta)
     // A process another instance starts meanwhile may write its record into the directory being
     // removed: rm retries what a new entry made fail.
     await rm(this.processesDir(tenant, id), { recursive: true, force: true, maxRetries: 3 })
+    return true
   }
 
   /** How many of a tenant's metadata files (`names`, metaFileNames') are of workspaces not expired at `now`; one that cannot be read counts. */

@@ -68,6 +68,9 @@ const ABANDONED_UPLOAD_MS = 60 * 60 * 1000
  */
 const INFO_WAITS_FOR_SCAN_BELOW_FILES = 2000
 
+/** Rounds of a deletion whose workspace another instance removes and makes again under it. */
+const DELETE_ATTEMPTS = 3
+
 export class WorkspaceStore {
   readonly #options: WorkspaceStoreOptions
   readonly #cache = new CachedWorkspaces()
@@ -89,14 +92,14 @@ export class WorkspaceStore {
       ttlSeconds: options.ttlSeconds,
       maxWorkspacesOf: options.maxWorkspacesOf,
       recheckMs: options.recheckMs,
-      remove: (workspace) => this.#remove(workspace),
+      remove: async (workspace) => { await this.#remove(workspace) },
       removedElsewhere: (entry) => this.#removedElsewhere(entry),
     })
     this.#expiry = new WorkspaceExpiry({
       cache: this.#cache,
       layout: () => this.#layout,
       log: options.log,
-      remove: (workspace) => this.#remove(workspace),
+      remove: async (workspace) => { await this.#remove(workspace) },
       removedElsewhere: (entry) => this.#removedElsewhere(entry),
       asRemoval: (dir, task) => this.withoutRemoval(dir, task),
       // Past the next sweep of every instance, with room to spare: theirs must not find a held workspace expired.
@@ -205,9 +208,14 @@ export class WorkspaceStore {
 
   async delete (tenant: string, id: string): Promise<void> {
     await this.withoutRemoval(this.dirOf(tenant, id), async () => {
-      const found = await this.find(tenant, id)
-      this.#cache.delete(tenant, id)
-      await this.#remove(found)
+      // The workspace there now (read again: another instance may have removed it and made the id again
+      // since it was last read here); one that changes under the removal is looked up again.
+      for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+        const found = await this.#lookup.find(tenant, id, true)
+        this.#cache.delete(tenant, id)
+        if (await this.#remove(found)) return
+      }
+      throw new ToolError('Conflict', `workspace ${JSON.stringify(id)} was removed and made again elsewhere while it was being deleted; delete it again`)
     })
   }
 
@@ -228,12 +236,14 @@ export class WorkspaceStore {
   }
 
   /** Moves a workspace to the trash and drops its metadata, then removes its files in the background. */
-  async #remove (workspace: WorkspaceMeta): Promise<void> {
+  async #remove (workspace: WorkspaceMeta): Promise<boolean> {
     const dir = this.#layout.workspaceDir(workspace.tenant, workspace.id)
-    await this.#beforeRemoval(dir)
-    await this.#layout.remove(workspace)
+    // What runs in it ends once the removal knows the workspace there is this one.
+    const removed = await this.#layout.remove(workspace, () => this.#beforeRemoval(dir))
+    if (!removed) return false
     forgetUsage(dir)
     void this.#trash?.empty()
+    return true
   }
 
   /** The directory a workspace of `tenant` has (or would have), without touching the disk. */

@@ -352,4 +352,17 @@ describe('instances sharing a workspace root', () => {
     expect(await a.find('t', 'late-removal')).toMatchObject({ createdAt: made.createdAt })
     expect(existsSync(path.join(made.dir, 'new.txt'))).toBe(true)
   })
+
+  it('delete the workspace there is now, not the one it last read, when another instance removed the id and made it again', async () => {
+    // A long recheck time: the first instance's record of the old workspace is fresh throughout.
+    const [a, b] = await instances(2, { recheckMs: 60_000 }) as [WorkspaceStore, WorkspaceStore]
+    await a.create('t', { id: 'redone' })
+    await a.find('t', 'redone')
+    await b.delete('t', 'redone')
+    const made = await b.create('t', { id: 'redone' })
+    await writeContained(made.dir, path.join(made.dir, 'new.txt'), 'new.txt', 'new', { quota: workspaceQuota(made.dir, 1024) })
+    await a.delete('t', 'redone')
+    expect(await codeOf(b.find('t', 'redone'))).toBe('NotFound')
+    expect(await codeOf(a.find('t', 'redone'))).toBe('NotFound')
+  })
 })
