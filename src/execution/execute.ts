@@ -15,7 +15,7 @@ import { clipText, errorWithinLimit, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
 import type { WorkspaceLease } from '../workspaces/ephemeral.ts'
-import { type Identity, identityOf, sameIdentity } from '../workspaces/usage-directory.ts'
+import { type Identity, identityAt, sameIdentity } from '../workspaces/usage-directory.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
 
@@ -181,7 +181,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
       const lease = await workspace.lease()
       workspaceId = lease.id
       // The workspace's directory as the call found it: deleted, or deleted and made again, while it runs, it is another.
-      const found = lease.id === null ? undefined : identityOf(lease.dir)
+      const found = lease.id === null ? undefined : await identityAt(lease.dir)
       try {
         if (signal.aborted) throw new ToolError('ExecutionFailed', 'the call was cancelled before it started')
         // In a workspace whose processes run on another instance, commands run there too: that is where its network is.
@@ -214,7 +214,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
           outcome = { ok: true, tool: toolName, result: value, truncated: truncated || cutByTool, durationMs: 0, workspace: workspaceId }
         }
       } catch (error) {
-        throw signal.aborted || tool.source === 'mcp' ? error : asDeletedWorkspace(error, lease, found)
+        throw signal.aborted || tool.source === 'mcp' ? error : await asDeletedWorkspace(error, lease, found)
       } finally {
         await lease.release()
       }
@@ -263,9 +263,9 @@ const DELETION_SYMPTOMS = new Set(['ExecutionFailed', 'InvalidPath', 'FileNotFou
  * not the 500 or the containment error the tool met. What it met stays its
  * cause (logged when it is no ToolError).
  */
-function asDeletedWorkspace (error: unknown, lease: WorkspaceLease, found: Identity | undefined): unknown {
-  if (lease.id === null || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
-  if (sameIdentity(identityOf(lease.dir), found)) return error
+async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease, found: Identity | undefined): Promise<unknown> {
+  if (lease.id === null || found === undefined || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
+  if (sameIdentity(await identityAt(lease.dir), found)) return error
   return new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error })
 }
 

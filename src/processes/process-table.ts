@@ -11,14 +11,14 @@
  */
 import { randomBytes } from 'node:crypto'
 import { constants } from 'node:fs'
-import { open } from 'node:fs/promises'
+import { type FileHandle, open } from 'node:fs/promises'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
-import { identityOf, identityOfStats, sameIdentity } from '../workspaces/usage-directory.ts'
+import { type Identity, identityOf, identityOfStats, sameIdentity } from '../workspaces/usage-directory.ts'
 import { type KillSignal, ManagedProcess } from './managed-process.ts'
 import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
@@ -101,10 +101,11 @@ export class ProcessTable {
       const lease = place.id === null ? undefined : await store.acquire(place.tenant, place.id, { lasting: true })
       // The workspace as this start found it, held open: the sandbox binds this very directory, though another
       // instance may delete the workspace, and make the id again, meanwhile.
-      const directory = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY).catch(() => undefined)
-      const found = directory === undefined ? undefined : identityOfStats(await directory.stat())
+      let directory: FileHandle | undefined
+      let found: Identity | undefined
       try {
-        if (directory === undefined) throw deletedWhileStarting(place)
+        directory = await openDirectory(dir, place)
+        found = identityOfStats(await directory.stat())
         let started: ManagedProcess | undefined
         const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes), directory.fd)
         // From here to the table nothing awaits: a close either came before (and nothing starts) or finds the process.
@@ -153,7 +154,7 @@ export class ProcessTable {
         await lease?.release()
         // Removed meanwhile through another instance (its removal does not take turns with a start here), and
         // maybe made again: the start failed for that (its record's directory gone, say), not for a fault of its own.
-        if (place.id !== null && (!(error instanceof ToolError) || error.code === 'ExecutionFailed') && !sameIdentity(identityOf(dir), found)) {
+        if (place.id !== null && found !== undefined && (!(error instanceof ToolError) || error.code === 'ExecutionFailed') && !sameIdentity(identityOf(dir), found)) {
           throw deletedWhileStarting(place)
         }
         throw error
@@ -278,7 +279,26 @@ function shuttingDown (): ToolError {
   return new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
 }
 
+/** Linux's O_PATH (node:fs does not name it). */
+const O_PATH = 0o10000000
+
 /** A start whose workspace another instance deleted (and maybe made again) meanwhile. */
 function deletedWhileStarting (place: ProcessPlace): ToolError {
-  return new ToolError('NotFound', `workspace ${place.id ?? ''} was deleted while the process started; start it again to make the workspace anew`)
+  if (place.id === null) return new ToolError('ExecutionFailed', 'the workspace went while the process started')
+  return new ToolError('NotFound', `workspace ${place.id} was deleted while the process started; start it again to make the workspace anew`)
+}
+
+/**
+ * The workspace directory, held open as a path (O_PATH: it needs no read
+ * permission, which a command may have taken from it). Gone is a deletion;
+ * any other failure (no descriptor left) is not.
+ */
+async function openDirectory (dir: string, place: ProcessPlace): Promise<FileHandle> {
+  try {
+    return await open(dir, O_PATH | constants.O_DIRECTORY)
+  } catch (error) {
+    const { code } = error as NodeJS.ErrnoException
+    if (code === 'ENOENT' || code === 'ENOTDIR') throw deletedWhileStarting(place)
+    throw error
+  }
 }

@@ -20,6 +20,7 @@
  * sized (/tmp, /dev/shm) or remounted read-only (/dev itself and the hiding
  * ones): a command cannot fill the host's memory through them.
  */
+import { spawnSync } from 'node:child_process'
 import { defaultConfig } from '../config.ts'
 import { SAFE_PATH, scrubbedEnvironment } from './environment.ts'
 import { findHiddenPaths, type HiddenPaths } from './hidden-paths.ts'
@@ -82,6 +83,19 @@ function ordered (mounts: Mount[]): string[] {
     .flatMap((mount) => mount.args)
 }
 
+let bindFdKnown: boolean | undefined
+
+/**
+ * Whether this run binds its workspace by the descriptor it was handed:
+ * one was, and this bubblewrap has --bind-fd (0.8 as Debian ships it; an
+ * older one binds the path, as before). Asked of bubblewrap once.
+ */
+function bindsDescriptor (options: LaunchOptions): boolean {
+  if (options.directory === undefined) return false
+  bindFdKnown ??= spawnSync(BWRAP, ['--help'], { encoding: 'utf8', timeout: 5000 }).stdout?.includes('--bind-fd') === true
+  return bindFdKnown
+}
+
 export class BwrapRunner implements ProcessRunner {
   readonly mode = 'bwrap' as const
   readonly #options: BwrapOptions
@@ -118,7 +132,7 @@ export class BwrapRunner implements ProcessRunner {
         ...hidden.files.map((file) => ({ at: file, args: ['--ro-bind', '/dev/null', file], hides: true })),
         // Bound by descriptor when the caller holds the directory open: that directory, whatever the path names by now
         // (bwrap closes the descriptor once bound: the command never gets it, nor a way out through its '..').
-        { at: options.cwd, args: options.directory === undefined ? ['--bind', options.cwd, options.cwd] : ['--bind-fd', String(WORKSPACE_FD), options.cwd], hides: false },
+        { at: options.cwd, args: bindsDescriptor(options) ? ['--bind-fd', String(WORKSPACE_FD), options.cwd] : ['--bind', options.cwd, options.cwd], hides: false },
         ...(options.readOnlyPaths ?? []).map((p) => ({ at: p, args: ['--ro-bind', p, p], hides: false })),
       ]),
       // Last, once the mount points inside them exist; not recursive, so the binds inside stay as they are.
@@ -178,7 +192,7 @@ export class BwrapRunner implements ProcessRunner {
       args: argv.slice(1),
       env: { PATH: SAFE_PATH },
       cwd: options.cwd,
-      ...(options.directory === undefined ? {} : { passes: [options.directory] }),
+      ...(bindsDescriptor(options) ? { passes: [options.directory as number] } : {}),
       killTree: cgroup?.killAll,
       // bwrap's monitor and the namespace's init: a TERM would end them, and with them (by SIGKILL) the command.
       signalTree: (pid, signal) => signalRunTree({ pid, cgroupPids: cgroup?.pids, spare: (each) => commandNameOf(each) === 'bwrap' }, signal),

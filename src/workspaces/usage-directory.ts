@@ -3,7 +3,7 @@
  * it, and what one listing of it finds.
  */
 import { type FSWatcher, lstatSync, type Stats, statSync } from 'node:fs'
-import { readdir } from 'node:fs/promises'
+import { readdir, stat } from 'node:fs/promises'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { TreeCursor } from '../workspace-fs/tree-cursor.ts'
 
@@ -106,6 +106,11 @@ export function identityOf (at: string): Identity | undefined {
   } catch {
     return undefined
   }
+}
+
+/** identityOf, off the event loop (a shared volume may take its time to answer). */
+export async function identityAt (at: string): Promise<Identity | undefined> {
+  return stat(at).then(identityOfStats, () => undefined)
 }
 
 export function identityOfStats ({ dev, ino, birthtimeMs }: { dev: number, ino: number, birthtimeMs: number }): Identity {

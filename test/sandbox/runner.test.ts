@@ -44,7 +44,8 @@ describe('the bubblewrap runner', () => {
     const root = await realpath(await tempDir())
     const cwd = path.join(root, 'ws')
     await mkdir(cwd)
-    const held = await open(cwd, constants.O_RDONLY | constants.O_DIRECTORY)
+    // As a start holds it: a path descriptor (O_PATH), which needs no read permission.
+    const held = await open(cwd, 0o10000000 | constants.O_DIRECTORY)
     try {
       // Removed and made again under the same path (another instance's delete and create) before the start.
       await rename(cwd, path.join(root, 'trashed'))
