@@ -10,8 +10,7 @@
  * (being changed) until it ends.
  */
 import { randomBytes } from 'node:crypto'
-import { constants } from 'node:fs'
-import { type FileHandle, open } from 'node:fs/promises'
+import type { FileHandle } from 'node:fs/promises'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
@@ -19,6 +18,7 @@ import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts
 import type { WorkspaceStore } from '../workspaces/store.ts'
 import { usageOf } from '../workspaces/usage.ts'
 import { type Identity, identityOf, identityOfStats, sameIdentity } from '../workspaces/usage-directory.ts'
+import { deletedWhileStarting, holdDirectory } from './held-directory.ts'
 import { type KillSignal, ManagedProcess } from './managed-process.ts'
 import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
@@ -104,7 +104,7 @@ export class ProcessTable {
       let directory: FileHandle | undefined
       let found: Identity | undefined
       try {
-        directory = await openDirectory(dir, place)
+        directory = await holdDirectory(dir, place.id)
         found = identityOfStats(await directory.stat())
         let started: ManagedProcess | undefined
         const parts = await this.#prepare(place, dir, request, (stream, bytes) => started?.received(stream, bytes), directory.fd)
@@ -118,7 +118,7 @@ export class ProcessTable {
         // directory it was given, never in one made since. With the sandbox off it starts in the path's.)
         if (place.id !== null && !sameIdentity(identityOf(dir), found)) {
           await parts.discard()
-          throw deletedWhileStarting(place)
+          throw deletedWhileStarting(place.id)
         }
         const endChange = usageOf(dir).beginChange()
         try {
@@ -155,7 +155,7 @@ export class ProcessTable {
         // Removed meanwhile through another instance (its removal does not take turns with a start here), and
         // maybe made again: the start failed for that (its record's directory gone, say), not for a fault of its own.
         if (place.id !== null && found !== undefined && (!(error instanceof ToolError) || error.code === 'ExecutionFailed') && !sameIdentity(identityOf(dir), found)) {
-          throw deletedWhileStarting(place)
+          throw deletedWhileStarting(place.id)
         }
         throw error
       } finally {
@@ -277,28 +277,4 @@ export class ProcessTable {
 /** The refusal of a start while the service stops. */
 function shuttingDown (): ToolError {
   return new ToolError('Overloaded', 'the service is shutting down', { retryAfterSeconds: 1 })
-}
-
-/** Linux's O_PATH (node:fs does not name it). */
-const O_PATH = 0o10000000
-
-/** A start whose workspace another instance deleted (and maybe made again) meanwhile. */
-function deletedWhileStarting (place: ProcessPlace): ToolError {
-  if (place.id === null) return new ToolError('ExecutionFailed', 'the workspace went while the process started')
-  return new ToolError('NotFound', `workspace ${place.id} was deleted while the process started; start it again to make the workspace anew`)
-}
-
-/**
- * The workspace directory, held open as a path (O_PATH: it needs no read
- * permission, which a command may have taken from it). Gone is a deletion;
- * any other failure (no descriptor left) is not.
- */
-async function openDirectory (dir: string, place: ProcessPlace): Promise<FileHandle> {
-  try {
-    return await open(dir, O_PATH | constants.O_DIRECTORY)
-  } catch (error) {
-    const { code } = error as NodeJS.ErrnoException
-    if (code === 'ENOENT' || code === 'ENOTDIR') throw deletedWhileStarting(place)
-    throw error
-  }
 }
