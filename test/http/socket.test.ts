@@ -166,6 +166,23 @@ describe('an answer sent before the client finished sending its body', () => {
     return { answer, writeError }
   }
 
+  /**
+   * The status lines that come back on one connection while `send` writes to it, until the service
+   * ends its side; the client keeps its own open meanwhile, as a client still sending has it.
+   */
+  async function answersOn (port: number, send: (socket: net.Socket, answer: () => string) => Promise<void>): Promise<string[]> {
+    const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+    socket.on('error', () => {})
+    let answer = ''
+    socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
+    const ended = new Promise((resolve) => socket.once('end', resolve))
+    await once(socket, 'connect')
+    await send(socket, () => answer)
+    await ended
+    socket.destroy()
+    return answer.match(/HTTP\/1\.1 \d+/g) ?? []
+  }
+
   it('reaches a client still sending: the rest of its body is read and dropped a while before the connection closes', async () => {
     const app = await buildTestApp({ server: { body_limit_bytes: 64 * 1024 } })
     await app.listen({ host: '127.0.0.1', port: 0 })
@@ -211,27 +228,14 @@ describe('an answer sent before the client finished sending its body', () => {
       const body = JSON.stringify({ id })
       return `POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
     }
-    const answersOn = async (send: (socket: net.Socket, answer: () => string) => Promise<void>): Promise<string[]> => {
-      // Its side kept open once the service ends its own, as a client still sending has it.
-      const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true })
-      socket.on('error', () => {})
-      let answer = ''
-      socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
-      const ended = new Promise((resolve) => socket.once('end', resolve))
-      await once(socket, 'connect')
-      await send(socket, () => answer)
-      await ended
-      socket.destroy()
-      return answer.match(/HTTP\/1\.1 \d+/g) ?? []
-    }
     // Refused for its missing token before its body came: the body, then a whole request, follow on the lingering connection.
-    expect(await answersOn(async (socket, answer) => {
+    expect(await answersOn(port, async (socket, answer) => {
       socket.write('POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n')
       for (let i = 0; i < 200 && !answer().includes('\r\n\r\n'); i++) await new Promise((resolve) => setTimeout(resolve, 10))
       socket.write(`{}${create('during-linger')}`)
     })).toEqual(['HTTP/1.1 401'])
     // A body that is not JSON, and a request pipelined behind it in the same write.
-    expect(await answersOn(async (socket) => {
+    expect(await answersOn(port, async (socket) => {
       socket.write(`POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: 3\r\n\r\n{x}${create('pipelined')}`)
     })).toEqual(['HTTP/1.1 400'])
     for (const id of ['during-linger', 'pipelined']) {
@@ -271,18 +275,11 @@ describe('an answer sent before the client finished sending its body', () => {
     await app.listen({ host: '127.0.0.1', port: 0 })
     const { port } = app.server.address() as { port: number }
     const body = JSON.stringify({ id: 'before-close' })
-    const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true })
-    socket.on('error', () => {})
-    let answer = ''
-    socket.on('data', (data: Buffer) => { answer += data.toString('latin1') })
-    const ended = new Promise((resolve) => socket.once('end', resolve))
-    await once(socket, 'connect')
     // A valid call, then (in the same write) one refused at once, before its body, for its size: its answer says close.
-    socket.write(`POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
-      'POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n')
-    await ended
-    socket.destroy()
-    expect(answer.match(/HTTP\/1\.1 \d+/g)).toEqual(['HTTP/1.1 201', 'HTTP/1.1 413'])
+    expect(await answersOn(port, async (socket) => {
+      socket.write(`POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+        'POST /v1/workspaces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n')
+    })).toEqual(['HTTP/1.1 201', 'HTTP/1.1 413'])
     expect((await app.inject({ method: 'GET', url: '/v1/workspaces/before-close', headers: { authorization: 'Bearer tok' } })).statusCode).toBe(200)
   })
 
