@@ -114,8 +114,8 @@ export class ProcessTable {
           throw shuttingDown()
         }
         // Deleted through another instance while the start was prepared, and maybe made again: nothing starts. (A
-        // deletion after this look is met by the next sweep, which ends the process; in the sandbox it runs in the
-        // directory it was given, never in one made since. With the sandbox off it starts in the path's.)
+        // deletion after this look is met by the next sweep, which ends the process; where bubblewrap binds by
+        // descriptor it runs in the directory it was given, not in one made since. Otherwise it starts in the path's.)
         if (place.id !== null && !sameIdentity(identityOf(dir), found)) {
           await parts.discard()
           throw deletedWhileStarting(place.id)
