@@ -9,6 +9,7 @@ import { Readable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
 import { ToolError } from '../../src/errors.ts'
 import { stageArchive, workspaceSeen } from '../../src/workspaces/archive-extract.ts'
+import type { Identity } from '../../src/workspaces/usage-directory.ts'
 import { workspaceQuota } from '../../src/workspaces/quotas.ts'
 import { tarOf } from '../support/tarball.ts'
 import { tempDir } from '../support/temp.ts'
@@ -20,14 +21,16 @@ describe('stageArchive', () => {
     const root = await tempDir('toolport-extract-')
     const workspace = path.join(root, 'ws')
     await mkdir(workspace)
-    const seen = workspaceSeen(workspace)
+    const before = workspaceSeen(workspace) as Identity
     const staged = await stageArchive(Readable.from([tarOf([{ name: 'a.txt', content: 'a' }])]), path.join(root, 'staging'), LIMITS)
-    // Deleted (moved to the trash, then removed) and made again: the filesystem hands the freed inode straight back.
-    const inode = statSync(workspace).ino
+    // Deleted (moved to the trash, then removed) and made again. ext4 usually hands the freed inode straight
+    // back, but another file made meanwhile may take it: the directory as it was seen is the old one's birth
+    // with the new one's inode, what a reused inode looks like either way.
     await rename(workspace, path.join(root, 'trashed'))
     await rm(path.join(root, 'trashed'), { recursive: true })
     await mkdir(workspace)
-    expect(statSync(workspace).ino).toBe(inode)
+    const seen = { ...workspaceSeen(workspace) as Identity, born: before.born }
+    expect(statSync(workspace).birthtimeMs).not.toBe(before.born)
     const moved = staged.moveInto(workspace, workspaceQuota(workspace, 1024 * 1024), seen)
     await expect(moved).rejects.toBeInstanceOf(ToolError)
     await expect(moved).rejects.toMatchObject({ code: 'NotFound' })
