@@ -28,6 +28,7 @@ import type { TreeSize } from './directory-size.ts'
 import { bytesOfName, type DirectoryNode, depthOf, identityOf, listDirectory, nameOf, namesTo, newNode, sameIdentity } from './usage-directory.ts'
 import { eventCount, mayHaveOverflowed, unwatchDirectory, watchDirectory } from './usage-inotify.ts'
 import { eventsDelivered } from './usage-marker.ts'
+import type { ScanPause } from './usage-scan-slots.ts'
 
 export { watchedDirectoryCount, watchLimit } from './usage-inotify.ts'
 
@@ -89,7 +90,7 @@ export class WatchedTree {
    * catch-up (and the new ones below them). False when the events cannot be
    * trusted: the caller lists everything instead. Under the quota lock.
    */
-  async catchUp (stillChanging: boolean): Promise<boolean> {
+  async catchUp (stillChanging: boolean, pause: ScanPause): Promise<boolean> {
     if (!this.watching) return false
     if (!await eventsDelivered()) return false
     if (this.#changeBegan !== undefined && mayHaveOverflowed(this.#changeBegan)) return false
@@ -103,7 +104,7 @@ export class WatchedTree {
     batch.sort((a, b) => depthOf(a) - depthOf(b))
     for (const node of batch) {
       if (node.gone) continue
-      await this.#relist(node)
+      await this.#relist(node, pause)
     }
     return this.watching && !this.#newLinks
   }
@@ -114,7 +115,7 @@ export class WatchedTree {
    * or a watch cannot be set up (then `watching` is false afterwards and the
    * caller closes the tree). Under the quota lock.
    */
-  async scanAll (options: { watch: boolean }): Promise<TreeSize> {
+  async scanAll (options: { watch: boolean, pause: ScanPause }): Promise<TreeSize> {
     if (this.#broken || !options.watch) this.#dropAll()
     if (!options.watch) this.#broken = true
     this.#dirty = new Set()
@@ -131,7 +132,7 @@ export class WatchedTree {
         this.#directories++
       }
       await this.#enterHere(cursor, this.#top)
-      await this.#walk(cursor, this.#top, true)
+      await this.#walk(cursor, this.#top, true, options.pause)
     } finally {
       await cursor.close()
     }
@@ -162,7 +163,7 @@ export class WatchedTree {
   }
 
   /** Lists one directory again, reached from the root by its names; a directory that is not where it was sends its parent to be listed. */
-  async #relist (node: DirectoryNode): Promise<void> {
+  async #relist (node: DirectoryNode, pause: ScanPause): Promise<void> {
     const names = namesTo(node)
     const cursor = await TreeCursor.open(this.#root)
     if (!cursor) return this.#dropAll()
@@ -173,7 +174,7 @@ export class WatchedTree {
       if (!sameIdentity(identityOf(cursor.here), node.identity)) return this.#moved(node)
       // A directory a walk that was cut short never reached is watched now.
       await this.#enterHere(cursor, node)
-      await this.#walk(cursor, node, false)
+      await this.#walk(cursor, node, false, pause)
     } finally {
       await cursor.close()
     }
@@ -212,9 +213,9 @@ export class WatchedTree {
    * Lists `start` (the cursor's directory), then every directory below it
    * the tree did not know (or all of them, with `deep`).
    */
-  async #walk (cursor: TreeCursor, start: DirectoryNode, deep: boolean): Promise<void> {
+  async #walk (cursor: TreeCursor, start: DirectoryNode, deep: boolean, pause: ScanPause): Promise<void> {
     const base = cursor.depth
-    const stack = [{ node: start, toVisit: await this.#list(cursor, start, deep) }]
+    const stack = [{ node: start, toVisit: await this.#list(cursor, start, deep, pause) }]
     while (stack.length > 0) {
       const top = stack[stack.length - 1] as (typeof stack)[number]
       const child = top.toVisit.pop()
@@ -240,12 +241,13 @@ export class WatchedTree {
         continue
       }
       await this.#enterHere(cursor, child)
-      stack.push({ node: child, toVisit: await this.#list(cursor, child, deep) })
+      stack.push({ node: child, toVisit: await this.#list(cursor, child, deep, pause) })
     }
   }
 
   /** Counts the directory's own files into its figure and reconciles its children; answers the children to walk into. */
-  async #list (cursor: TreeCursor, node: DirectoryNode, deep: boolean): Promise<DirectoryNode[]> {
+  async #list (cursor: TreeCursor, node: DirectoryNode, deep: boolean, pause: ScanPause): Promise<DirectoryNode[]> {
+    await pause()
     const listing = await listDirectory(cursor)
     this.#total.files += listing.files - node.files
     this.#total.bytes += listing.bytes - node.bytes

@@ -8,7 +8,7 @@
  * - A call that may change the tree freely (a process, an executable, an
  *   MCP tool) or an archive upload makes the figure stale, and a scan brings
  *   it up to date, off the request path: when the call ends, in the
- *   background, at most MAX_CONCURRENT_SCANS at once per instance. The
+ *   background, a few at once per instance (usage-scan-slots.ts). The
  *   figure is kept per directory, each directory watched (usage-watch.ts),
  *   so a scan lists again only the directories the call changed; a full
  *   walk is the fallback when the watches cannot tell every change, and the
@@ -22,36 +22,11 @@
  */
 import { withQuotaLock } from '../workspace-fs/write.ts'
 import type { TreeSize } from './directory-size.ts'
+import { runScan, type ScanPause } from './usage-scan-slots.ts'
 import { WatchedTree } from './usage-watch.ts'
 
-/** Scans under way at once in this instance; more wait for a slot. */
-export const MAX_CONCURRENT_SCANS = 2
 /** A figure older than this is scanned again (in the background) when its workspace is next used. */
 export const MAX_FIGURE_AGE_MS = 60_000
-
-/** A few scans at a time; the rest wait in order. */
-class ScanSlots {
-  #free: number
-  readonly #waiting: Array<() => void> = []
-
-  constructor (slots: number) {
-    this.#free = slots
-  }
-
-  async run<T> (task: () => Promise<T>): Promise<T> {
-    if (this.#free > 0) this.#free--
-    else await new Promise<void>((resolve) => this.#waiting.push(resolve))
-    try {
-      return await task()
-    } finally {
-      const next = this.#waiting.shift()
-      if (next) next()
-      else this.#free++
-    }
-  }
-}
-
-const slots = new ScanSlots(MAX_CONCURRENT_SCANS)
 
 export class WorkspaceUsage {
   readonly dir: string
@@ -180,16 +155,16 @@ export class WorkspaceUsage {
    * a slot's holder never waits for a lock and no two waits can close a circle.
    */
   async scanHoldingLock (): Promise<void> {
-    await slots.run(async () => {
+    await runScan(this.dir, async (pause) => {
       const startedAt = this.#generation
       const tree = this.#fullScanDue ? undefined : this.#tree
-      if (tree && await tree.catchUp(this.changing)) {
+      if (tree && await tree.catchUp(this.changing, pause)) {
         this.#figure = tree.total
       } else {
         this.#scannedAt = Date.now()
         this.#fullScanDue = false
         this.#fullScans++
-        this.#figure = await this.#scanAll()
+        this.#figure = await this.#scanAll(pause)
       }
       this.#scanned = Math.max(this.#scanned, startedAt)
       this.#known = true
@@ -197,10 +172,10 @@ export class WorkspaceUsage {
   }
 
   /** Lists every directory, watching them unless watches could not be set up lately. */
-  async #scanAll (): Promise<TreeSize> {
+  async #scanAll (pause: ScanPause): Promise<TreeSize> {
     const tree = this.#tree ?? new WatchedTree(this.dir)
     const mayWatch = !this.#forgotten && Date.now() - this.#unwatchedAt > MAX_FIGURE_AGE_MS
-    const figure = await tree.scanAll({ watch: mayWatch })
+    const figure = await tree.scanAll({ watch: mayWatch, pause })
     if (tree.watching && !this.#forgotten) {
       this.#tree = tree
     } else {

@@ -3,6 +3,7 @@
  * writes' deltas without a walk, stale when something else may have changed
  * the tree, and brought up to date by a scan.
  */
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { mkdir, realpath, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
@@ -75,5 +76,33 @@ describe('workspace usage', () => {
     forgetUsage(dir)
     // Unknown: counted on first need.
     expect(await usageOf(dir).current(0)).toEqual({ files: 1, bytes: 3 })
+  })
+
+  it('lets a small workspace of another tenant scan between the turns of two long walks', async () => {
+    const root = await realpath(await tempDir('toolport-usage-turns-'))
+    // Two workspaces of one tenant, of many directories each (a walk of many turns), and one of another tenant.
+    const walked = ['a/w1', 'a/w2'].map((name) => path.join(root, name))
+    for (const dir of walked) {
+      for (let i = 0; i < 2000; i++) mkdirSync(path.join(dir, `d${i}`), { recursive: true })
+      writeFileSync(path.join(dir, 'd7', 'file'), 'abc')
+    }
+    const small = path.join(root, 'b', 'w')
+    await mkdir(small, { recursive: true })
+    startUsage(small)
+    const usage = usageOf(small)
+    usage.beginChange()({ rescan: false })
+    await writeFile(path.join(small, 'made'), '12345')
+
+    const finished: string[] = []
+    // Never counted: both take a scan slot for a full walk, the only two there are.
+    const walks = walked.map((dir) => usageOf(dir).refresh().then(() => { finished.push(dir) }))
+    await usage.refresh()
+    // Without turns the small scan would wait for one of the walks to end.
+    expect(finished).toEqual([])
+    expect(usage.figure).toEqual({ files: 1, bytes: 5 })
+    await Promise.all(walks)
+    // Walks given up for a turn and taken again count every directory once.
+    for (const dir of walked) expect(usageOf(dir).figure).toEqual({ files: 1, bytes: 3 })
+    for (const dir of [...walked, small]) forgetUsage(dir)
   })
 })
