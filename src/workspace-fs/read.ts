@@ -49,9 +49,14 @@ async function openUnchecked (workspaceDir: string, absolute: string, userPath: 
   }
 }
 
-/** Only a regular file with no other names may be read: its other hard links may lie outside the workspace. */
+/**
+ * Only a regular file with no other names may be read: its other hard links may lie outside the
+ * workspace. A path that ends as a directory's does (`a.txt/`, `a.txt/.`) names none, as the kernel
+ * has it (ENOTDIR); the path was resolved without it.
+ */
 function checkReadable (stat: Stats, userPath: string): Stats {
   if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is a directory`)
+  if (/\/\.?$/.test(userPath)) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is not a directory`)
   if (!stat.isFile()) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is not a regular file`)
   if (stat.nlink > 1) throw new ToolError('InvalidPath', `${shownPath(userPath)} has other hard links, which may lie outside the workspace`)
   return stat

@@ -4,6 +4,7 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { editFileTool } from '../../src/tools/edit-file.ts'
 import { listDirectoryTool } from '../../src/tools/list-directory.ts'
+import { readTool } from '../../src/tools/omega/index.ts'
 import { readFileTool } from '../../src/tools/read-file.ts'
 import { writeFileTool } from '../../src/tools/write-file.ts'
 import { buildTestApp, exec } from '../helper.ts'
@@ -45,6 +46,16 @@ describe('read_file', () => {
     expect(await readFileTool.execute({ path: 'r.txt' }, ctx)).toEqual({ content: 'line "one"\n\ttwo\n' })
     expect(await codeOf(readFileTool.execute({ path: 'missing.txt' }, ctx))).toBe('FileNotFound')
     expect(await codeOf(readFileTool.execute({ path: '.' }, ctx))).toBe('InvalidArgs')
+  })
+
+  it('refuses a file named as a directory (a.txt/, a.txt/.), as the kernel does, in every reading tool', async () => {
+    const ctx = await toolContext()
+    await writeFile(path.join(ctx.workspaceDir, 'a.txt'), 'hello\n')
+    for (const named of ['a.txt/', 'a.txt/.', './a.txt//']) {
+      await expect(readFileTool.execute({ path: named }, ctx)).rejects.toThrow(`${named} is not a directory`)
+      expect(await codeOf(readTool.execute({ file_path: named }, ctx))).toBe('InvalidArgs')
+    }
+    expect(await readFileTool.execute({ path: './a.txt' }, ctx)).toEqual({ content: 'hello\n' })
   })
 
   it('reads no more than the result limit (plus one byte)', async () => {
