@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, type RequestId } from '@modelcontextprotocol/sdk/types.js'
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type RequestId } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { execute } from '../execution/execute.ts'
 import type { NameMatcher } from '../execution/globs.ts'
@@ -138,9 +138,13 @@ export class McpSessions {
     const server = new Server({ name: 'toolport', version: VERSION }, { capabilities: { tools: { listChanged: false } } })
     /** The tool calls of each POST still to answer, and one of them that was cancelled (its stream is found by its id). */
     const postCalls = new WeakMap<object, { running: number, cancelled: RequestId | undefined }>()
-    server.setRequestHandler(ListToolsRequestSchema, async () => ({
-      tools: this.#runtime.registry.list({ scope: principal.scope, allowed }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
-    }))
+    server.setRequestHandler(ListToolsRequestSchema, async (request) => {
+      // Every tool is in the one page: a cursor is none this server gave (the MCP spec asks for -32602).
+      if (request.params?.cursor !== undefined) throw new McpError(ErrorCode.InvalidParams, 'unknown cursor: tools/list answers every tool in one page, with no nextCursor')
+      return {
+        tools: this.#runtime.registry.list({ scope: principal.scope, allowed }).map((tool) => catalogEntry(tool, 'mcp')) as Array<{ name: string, inputSchema: { type: 'object' } }>,
+      }
+    })
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       const caller = {
         tenant: principal.tenant,

@@ -97,6 +97,14 @@ describe('/mcp as an MCP server', () => {
     expect(stolen.headers.get('content-type')).toMatch(/^application\/problem\+json/)
   })
 
+  it('answers a tools/list cursor it never gave with -32602 (every tool is in the one page)', async () => {
+    const client = await connect(await listening(await buildTestApp()))
+    const listed = await client.listTools()
+    expect(listed.nextCursor).toBeUndefined()
+    await expect(client.listTools({ cursor: 'page-2' })).rejects.toMatchObject({ code: -32602, message: expect.stringMatching(/unknown cursor/) })
+    expect((await client.listTools()).tools).toEqual(listed.tools)
+  })
+
   it('keeps one workspace per session and removes it when the session ends', async () => {
     const app = await buildTestApp()
     const base = await listening(app)
