@@ -50,6 +50,18 @@ describe('request problems', () => {
     expect(none['detail']).toMatch(/JSON object/)
   })
 
+  it('says the same on /mcp, where an initialize sent as text was told it was no initialize', async () => {
+    const app = await buildTestApp()
+    const initialize = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'c', version: '1' } } })
+    const accept = 'application/json, text/event-stream'
+    const asText = expectProblem(await send(app, 'POST', '/mcp', initialize, { 'content-type': 'text/plain', accept }), 400, 'BadRequest')
+    expect(asText['detail']).toMatch(/JSON-RPC message or batch, sent with Content-Type: application\/json/)
+    expect(expectProblem(await send(app, 'POST', '/mcp', undefined, { accept }), 400, 'BadRequest')['detail']).toMatch(/application\/json/)
+    // Sent as JSON, the same message opens a session.
+    const opened = await send(app, 'POST', '/mcp', initialize, { 'content-type': 'application/json', accept })
+    expect(opened.status).toBe(200)
+  })
+
   it('asks for application/gzip on the archive route', async () => {
     const app = await buildTestApp()
     const answer = expectProblem(await send(app, 'PUT', '/v1/workspaces/w/archive', 'x=1', { 'content-type': 'application/x-www-form-urlencoded' }), 400, 'BadRequest')

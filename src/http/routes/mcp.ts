@@ -118,6 +118,8 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
   }
 
   app.post('/mcp', { schema: { summary: 'MCP Streamable HTTP: JSON-RPC messages', tags: ['mcp'] } }, async (request, reply) => {
+    // Sent as text/plain (or with no body), JSON arrives as a string: say what to send, not "must be initialize".
+    if (typeof request.body !== 'object' || request.body === null) throw new ToolError('BadRequest', 'the body must be a JSON-RPC message or batch, sent with Content-Type: application/json')
     const id = sessionIdOf(request)
     if (id === undefined) {
       if (!(await serverSide()).isInitializeRequest(request.body)) throw new ToolError('BadRequest', 'the first MCP request of a session must be initialize')
