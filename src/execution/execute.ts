@@ -19,9 +19,13 @@ import { type Identity, identityAt, sameIdentity } from '../workspaces/usage-dir
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
 
+/** The outcome code (metrics, spans) of a call whose caller left: no failure of the tool or the service. */
+export const CANCELLED = 'cancelled'
+
 /** The span of one tool call. */
 export interface CallSpan {
-  end: (outcome: Outcome) => void
+  /** `known`: the call named a registered tool; `left`: its caller left before the answer (no failure). */
+  end: (outcome: Outcome, how: { known: boolean, left: boolean }) => void
 }
 
 /** Tool calls: a span per call, a child of the request span active where it runs. */
@@ -159,17 +163,18 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   const span = services.tracing?.startCall(toolName, call.id)
   const traced = <T>(work: () => Promise<T>): Promise<T> => span && services.tracing ? services.tracing.during(span, work) : work()
   let metricName = '(unknown)'
+  let registered: AnyTool | undefined
   // Named from the start, so that a call refused before its workspace is leased is reported with it too.
   let workspaceId: string | null = workspace.named
   let outcome: Outcome
   let link: { signal: AbortSignal, dispose: () => void } | undefined
   const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
   try {
-    const found = services.registry.get(call.name)
+    registered = services.registry.get(call.name)
     // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
-    toolName = found?.name ?? toolName
-    const tool = usableTool(found, call.name, caller.scope)
-    metricName = tool.name
+    toolName = registered?.name ?? toolName
+    metricName = registered?.name ?? metricName
+    const tool = usableTool(registered, call.name, caller.scope)
     const args = parseArguments(call.arguments)
     validateArguments(tool, args, caller.log)
     workspace.validate()
@@ -234,7 +239,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   // A caller that left (a client gone, an MCP cancel) is no failure of the tool or the service: no alert should count it as one.
   const left = !outcome.ok && caller.signal.aborted && abortReason(caller.signal) === undefined && !services.killSignal.aborted
   recordOutcome(services, caller.requestId, outcome, metricName, workspaceId, left)
-  span?.end(outcome)
+  span?.end(outcome, { known: registered !== undefined, left })
   return outcome
 }
 
@@ -270,7 +275,7 @@ async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease, found:
 }
 
 function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null, left: boolean): void {
-  const code = outcome.ok ? 'ok' : left ? 'cancelled' : outcome.error.code
+  const code = outcome.ok ? 'ok' : left ? CANCELLED : outcome.error.code
   const labels = { tool: metricName, code }
   metrics.calls.inc(labels)
   metrics.duration.observe(labels, outcome.durationMs / 1000)

@@ -18,7 +18,7 @@ import {
   ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION, ATTR_URL_PATH,
 } from '@opentelemetry/semantic-conventions'
 import type { Logger } from 'pino'
-import type { Outcome } from '../execution/execute.ts'
+import { CANCELLED, type Outcome } from '../execution/execute.ts'
 import { VERSION } from '../version.ts'
 import type { CallSpan, RequestSpan, Tracing, TracingOptions } from './tracing.ts'
 
@@ -62,23 +62,25 @@ class HttpSpan implements RequestSpan {
 
 class ToolSpan implements CallSpan {
   readonly span: Span
-  readonly #name: string
 
-  constructor (span: Span, name: string) {
+  constructor (span: Span) {
     this.span = span
-    this.#name = name
   }
 
-  end (outcome: Outcome): void {
+  end (outcome: Outcome, { known, left }: { known: boolean, left: boolean }): void {
     const span = this.span
-    // The registered name, which a lookup may have corrected (`READ_FILE` → read_file).
-    if (outcome.tool !== this.#name) {
+    // Named once the tool is known, by its registered name (`READ_FILE` → read_file). A name no tool
+    // has is the caller's to mint: it stays in gen_ai.tool.name, out of the span's name.
+    if (known) {
       span.updateName(`${EXECUTE_TOOL} ${outcome.tool}`)
       span.setAttribute(ATTR_GEN_AI_TOOL_NAME, outcome.tool)
     }
     // A failed call too: one that failed in its workspace is where the workspace is wanted most.
     if (outcome.workspace !== null) span.setAttribute(ATTR_TOOLPORT_WORKSPACE, outcome.workspace)
-    if (!outcome.ok) {
+    if (left) {
+      // Its caller left (a client gone, an MCP cancel): no failure, as the calls metric counts it.
+      span.setAttribute(ATTR_ERROR_TYPE, CANCELLED)
+    } else if (!outcome.ok) {
       span.setAttribute(ATTR_ERROR_TYPE, outcome.error.code)
       span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.error.code })
     }
@@ -141,7 +143,7 @@ export function startTracing (options: TracingOptions, log: Logger): Tracing {
     startCall (tool: string, callId: string | undefined): CallSpan {
       const attributes: Record<string, string> = { [ATTR_GEN_AI_OPERATION_NAME]: EXECUTE_TOOL, [ATTR_GEN_AI_TOOL_NAME]: tool }
       if (callId !== undefined) attributes[ATTR_GEN_AI_TOOL_CALL_ID] = callId
-      return new ToolSpan(tracer.startSpan(`${EXECUTE_TOOL} ${tool}`, { kind: SpanKind.INTERNAL, attributes }), tool)
+      return new ToolSpan(tracer.startSpan(EXECUTE_TOOL, { kind: SpanKind.INTERNAL, attributes }))
     },
     during <T>(span: CallSpan, work: () => Promise<T>): Promise<T> {
       return context.with(trace.setSpan(context.active(), (span as ToolSpan).span), work)

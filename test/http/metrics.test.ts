@@ -147,6 +147,17 @@ describe('GET /metrics', () => {
     expect(valueOf(metrics, 'toolport_tool_calls_total', { tool: '(unknown)', code: 'NotFound' })).toBe(1)
   })
 
+  it('counts a refusal of a real tool outside the token\'s scope under that tool, not (unknown)', async () => {
+    const config = parseConfig({ workspaces: { root: await tempDir('toolport-ws-') }, sandbox: { mode: 'none' }, auth: { tokens: [{ token: 'narrow', tenant: 'a', allowed_tools: ['read_file'] }] } })
+    const app = await buildApp(config)
+    onCleanup(() => app.close())
+    const refused = await app.inject({ method: 'POST', url: '/v1/tools/EXEC_SHELL/execute', headers: { authorization: 'Bearer narrow' }, payload: { arguments: { command: 'true' } } })
+    expect(refused.statusCode).toBe(403)
+    const metrics = await scrape(app)
+    expect(valueOf(metrics, 'toolport_tool_calls_total', { tool: 'exec_shell', code: 'PermissionDenied' })).toBe(1)
+    expect(metrics.samples.some((s) => s.labels['tool'] === '(unknown)')).toBe(false)
+  })
+
   it('the parser rejects a malformed exposition', () => {
     expect(() => parseExposition('# TYPE a counter\na{b="c} 1\n')).toThrow(/unparsable/)
     expect(() => parseExposition('# TYPE a counter\na 1x\n')).toThrow(/bad value/)
