@@ -30,11 +30,14 @@ export interface RecordBase {
 
 export type KeyRecord = (RecordBase & { state: 'running' }) | (RecordBase & { state: 'done', answer: StoredAnswer })
 
+/** A record holds a whole answer: for the service's user alone (its directory is private too). */
+export const RECORD_MODE = 0o600
+
 /** Writes `record` whole in place of `file`; answers its size. */
 export async function writeAtomically (file: string, record: KeyRecord): Promise<number> {
   const temp = `${file}.${randomUUID()}.tmp`
   const text = JSON.stringify(record)
-  await writeFile(temp, text)
+  await writeFile(temp, text, { mode: RECORD_MODE })
   await rename(temp, file)
   return Buffer.byteLength(text)
 }

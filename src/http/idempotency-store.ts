@@ -22,7 +22,8 @@ import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { directoryNameOf } from '../workspaces/ids.ts'
-import { errnoOf, type FoundRecord, generationOf, type KeyRecord, type RecordBase, readRecord, type StoredAnswer, writeAtomically } from './idempotency-records.ts'
+import { makePrivateDirectory } from '../workspaces/meta.ts'
+import { errnoOf, type FoundRecord, generationOf, type KeyRecord, type RecordBase, RECORD_MODE, readRecord, type StoredAnswer, writeAtomically } from './idempotency-records.ts'
 import { RecordBytes } from './idempotency-usage.ts'
 
 /** A claim this instance holds: its request runs, and must `complete` or `release` it. */
@@ -63,6 +64,7 @@ export class IdempotencyStore {
   readonly #held = new Set<Ticket>()
   /** Tenant directories known to exist: a claim then needs no mkdir. */
   readonly #madeDirs = new Set<string>()
+  #madePrivate: Promise<void> | undefined
   /** What each tenant's records hold: the bound on what a tenant may make the service keep. */
   readonly #bytes = new RecordBytes()
   #heartbeat: NodeJS.Timeout | undefined
@@ -207,21 +209,34 @@ export class IdempotencyStore {
     return { kind: 'claimed', ticket }
   }
 
+  /**
+   * The records hold whole answers (files read, commands' output): the
+   * store's directory is made private as the tenants' workspaces are, under
+   * a root an operator made open too; once, by the first claim.
+   */
+  async #makeTenantDir (tenantDir: string): Promise<void> {
+    this.#madePrivate ??= makePrivateDirectory(this.dir).then((notPrivate) => {
+      if (notPrivate) this.#log.warn({ err: notPrivate, dir: this.dir }, 'could not make the idempotency records\' directory private (0700): other users of the host may read stored answers')
+    })
+    await this.#madePrivate
+    await mkdir(tenantDir, { recursive: true, mode: 0o700 })
+  }
+
   /** The exclusive create of a claim: false when a record exists. */
   async #create (tenantDir: string, file: string, record: KeyRecord): Promise<boolean> {
     if (!this.#madeDirs.has(tenantDir)) {
-      await mkdir(tenantDir, { recursive: true })
+      await this.#makeTenantDir(tenantDir)
       this.#madeDirs.add(tenantDir)
     }
     try {
-      await writeFile(file, JSON.stringify(record), { flag: 'wx' })
+      await writeFile(file, JSON.stringify(record), { flag: 'wx', mode: RECORD_MODE })
       return true
     } catch (error) {
       if (errnoOf(error) === 'EEXIST') return false
       if (errnoOf(error) !== 'ENOENT') throw error
       // The directory went (removed by hand): make it again, once.
       this.#madeDirs.delete(tenantDir)
-      await mkdir(tenantDir, { recursive: true })
+      await this.#makeTenantDir(tenantDir)
       this.#madeDirs.add(tenantDir)
       return this.#create(tenantDir, file, record)
     }

@@ -109,7 +109,8 @@ export interface StagedArchive {
 export async function stageArchive (body: Readable, stagingDir: string, limits: ArchiveLimits, signal?: AbortSignal): Promise<StagedArchive> {
   // Named by its start, so that one a crash abandoned is recognised and removed by the sweep.
   const staging = path.join(stagingDir, `${Date.now()}-${randomUUID()}`)
-  await mkdir(staging, { recursive: true })
+  // Private, as the tenants' workspaces are: what it holds is a tenant's, and the staging directory may be open.
+  await mkdir(staging, { recursive: true, mode: 0o700 })
   const report: ExtractReport = { files: 0, directories: 0, symlinks: 0, skipped: [], skipped_count: 0 }
   try {
     await unpackInto(body, staging, limits, report, signal)

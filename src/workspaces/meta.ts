@@ -68,8 +68,7 @@ export class WorkspaceLayout {
    * when it cannot (another user's directory, a volume shared wrongly).
    */
   async makePrivate (): Promise<unknown> {
-    await mkdir(this.tenantsDir, { recursive: true, mode: 0o700 })
-    return chmod(this.tenantsDir, 0o700).then(() => undefined, (error: unknown) => error)
+    return makePrivateDirectory(this.tenantsDir)
   }
 
   /** Where deleted workspaces wait for their files to be removed. */
@@ -254,6 +253,16 @@ export class WorkspaceLayout {
 }
 
 /** Whether `dir` is there; a failure to tell (EIO, ESTALE on a network volume) is thrown, never taken for gone (that removes the workspace). */
+/**
+ * Makes `dir` (and its missing parents) private to the service's user
+ * (0700), also one an operator made open. Answers why not when it cannot
+ * (another user's directory, a volume shared wrongly).
+ */
+export async function makePrivateDirectory (dir: string): Promise<unknown> {
+  await mkdir(dir, { recursive: true, mode: 0o700 })
+  return chmod(dir, 0o700).then(() => undefined, (error: unknown) => error)
+}
+
 export async function directoryExists (dir: string): Promise<boolean> {
   try {
     await stat(dir)

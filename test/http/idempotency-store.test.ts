@@ -3,7 +3,7 @@
  * whose instance died, expiry on access and by the sweep. Two stores on one
  * directory stand for two instances sharing a workspace root.
  */
-import { readdir, stat, utimes, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, readdir, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -33,6 +33,23 @@ describe('IdempotencyStore', () => {
     await a.complete(ticket, ANSWER)
     expect(await b.claim('acme', 'key', 'f1')).toEqual({ kind: 'replay', answer: ANSWER })
     expect(await b.claim('acme', 'key', 'f2')).toEqual({ kind: 'reused' })
+  })
+
+  it('keeps the records (whole answers) from other users of the host, under a root and a records directory made open', async () => {
+    const root = await tempDir()
+    await chmod(root, 0o755)
+    await mkdir(path.join(root, 'idempotency'), { mode: 0o755 })
+    await chmod(path.join(root, 'idempotency'), 0o755)
+    const store = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    const ticket = ticketOf(await store.claim('acme', 'key', 'f1'))
+    await store.complete(ticket, ANSWER)
+    const modeOf = async (at: string) => (await stat(at)).mode & 0o777
+    expect(await modeOf(path.join(root, 'idempotency'))).toBe(0o700)
+    const [tenantDir] = await readdir(path.join(root, 'idempotency'))
+    expect(await modeOf(path.join(root, 'idempotency', tenantDir ?? ''))).toBe(0o700)
+    const records = await readdir(path.join(root, 'idempotency', tenantDir ?? ''))
+    expect(records.length).toBeGreaterThan(0)
+    for (const name of records) expect(await modeOf(path.join(root, 'idempotency', tenantDir ?? '', name))).toBe(0o600)
   })
 
   it('counts the bytes each tenant\'s records hold: as it stores them, and on a sweep from the disk (another instance\'s, or before a restart)', async () => {

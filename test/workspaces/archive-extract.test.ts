@@ -3,7 +3,7 @@
  * it was meant for: only if that is still the workspace that was there.
  */
 import { existsSync, statSync } from 'node:fs'
-import { mkdir, rename, rm } from 'node:fs/promises'
+import { mkdir, readdir, rename, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { Readable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
@@ -17,6 +17,16 @@ import { tempDir } from '../support/temp.ts'
 const LIMITS = { maxEntries: 100, maxBytes: 1024 * 1024, maxBodyBytes: 1024 * 1024 }
 
 describe('stageArchive', () => {
+  it('unpacks into a directory of its own that no other user of the host may enter, under a staging directory made open', async () => {
+    const root = await tempDir('toolport-extract-')
+    const stagingDir = path.join(root, 'staging')
+    await mkdir(stagingDir, { mode: 0o755 })
+    const staged = await stageArchive(Readable.from([tarOf([{ name: 'a.txt', content: 'a' }])]), stagingDir, LIMITS)
+    const [own] = await readdir(stagingDir)
+    expect(statSync(path.join(stagingDir, own ?? '')).mode & 0o777).toBe(0o700)
+    await staged.discard()
+  })
+
   it('moves nothing into a workspace deleted and made again while it was read, even one that got the same inode back', async () => {
     const root = await tempDir('toolport-extract-')
     const workspace = path.join(root, 'ws')
