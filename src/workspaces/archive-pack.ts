@@ -33,8 +33,9 @@ export function packWorkspace (workspaceDir: string, log?: Logger): Readable {
   // node:zlib and tar load with the first archive, not at every start of the service.
   const gzip = process.getBuiltinModule('node:zlib').createGzip()
   import('tar').then((tar) => writeTar(workspaceDir, new TarOutput(gzip, tar))).then(() => gzip.end(), (error: NodeJS.ErrnoException) => {
-    // A client that goes away mid-download is the usual reason; anything else is worth a line.
-    if (error.code !== 'ERR_STREAM_PREMATURE_CLOSE') log?.warn({ err: error }, 'workspace archive cut short')
+    // A client that goes away mid-download (its answer destroys the stream, and the next write fails) is
+    // the usual reason; anything else is worth a line.
+    if (!gzip.destroyed && error.code !== 'ERR_STREAM_PREMATURE_CLOSE') log?.warn({ err: error }, 'workspace archive cut short')
     gzip.destroy()
   })
   return gzip

@@ -10,6 +10,7 @@ import { mkdir, readFile, readlink, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import zlib from 'node:zlib'
+import { pino } from 'pino'
 import { extract } from 'tar'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { packWorkspace } from '../../src/workspaces/archive-pack.ts'
@@ -19,6 +20,18 @@ import { tempDir } from '../support/temp.ts'
 afterEach(() => { vi.restoreAllMocks() })
 
 describe('packWorkspace', () => {
+  it('logs nothing when its reader goes away mid-download (the usual case), however the next write fails', async () => {
+    const workspace = await tempDir()
+    for (let i = 0; i < 40; i++) await writeFile(path.join(workspace, `f${i}.bin`), randomBytes(256 * 1024))
+    const lines: string[] = []
+    const log = pino({ level: 'debug' }, { write: (line: string) => { lines.push(line) } })
+    const archive = packWorkspace(workspace, log)
+    // The reader takes a first chunk, then leaves: the answer carrying the archive destroys it.
+    await new Promise<void>((resolve) => archive.once('data', () => { archive.destroy(); resolve() }))
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(lines).toEqual([])
+  })
+
   it('gives gzip one buffer, full until the last write, and the archive holds every file exactly', async () => {
     const workspace = await tempDir()
     const small = new Map<string, string>()
