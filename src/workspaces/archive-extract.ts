@@ -168,6 +168,10 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   const refused = new WeakMap<ReadEntry, string>()
   const links = new StagedLinks()
   const deferred = new WeakSet<ReadEntry>()
+  // Files node-tar is writing: one the archive ends in the middle of (cut short, its client gone) is never
+  // ended by node-tar, whose write stream then keeps its descriptor, and the blocks of the file removed
+  // with the staging directory, for as long as the service runs.
+  const unfinished = new Set<ReadEntry>()
   // A name that is not UTF-8 arrives with U+FFFD in place of its bytes: two such names that differ
   // only there would become one file, the second taking the first's place unseen.
   const unreadableNames = new Set<string>()
@@ -208,6 +212,10 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
       // Links are made once the rest is extracted (archive-links.ts), not by node-tar.
       if (entry.type !== 'SymbolicLink') {
         links.noteOther(entryPath)
+        if (FILE_TYPES.has(entry.type)) {
+          unfinished.add(entry)
+          entry.once('end', () => unfinished.delete(entry))
+        }
         return true
       }
       links.noteLink(entryPath, entry.linkpath ?? '')
@@ -242,6 +250,7 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
     const inflated = countedBytes(limits.maxBytes, () => unpacksTooLarge(limits.maxBytes))
     await pipeline(compressed, process.getBuiltinModule('node:zlib').createGunzip(), inflated, compressedOnce(), zeros, extractor, signal ? { signal } : {})
   } catch (error) {
+    for (const entry of unfinished) entry.end()
     const emptyArchive = onlyZeros && inflatedBytes >= 2 * TAR_BLOCK_BYTES && inflatedBytes % TAR_BLOCK_BYTES === 0
     if (emptyArchive && entries === 0 && (error as { code?: unknown }).code === 'TAR_BAD_ARCHIVE') return
     throw limitError ?? (error instanceof ToolError ? error : unreadable(error as NodeJS.ErrnoException, staging))
@@ -252,6 +261,9 @@ async function unpackInto (body: Readable, staging: string, limits: ArchiveLimit
   if (limitError) throw limitError
   await links.makeIn(staging, report)
 }
+
+/** The entry types node-tar writes as a file through a write stream of its own. */
+const FILE_TYPES = new Set(['File', 'OldFile', 'ContiguousFile'])
 
 const unpacksTooLarge = (maxBytes: number): ToolError => new ToolError('PayloadTooLarge', `the archive unpacks to more than ${maxBytes} bytes`)
 

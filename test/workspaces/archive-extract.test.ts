@@ -3,7 +3,8 @@
  * it was meant for: only if that is still the workspace that was there.
  */
 import { existsSync, statSync } from 'node:fs'
-import { mkdir, readdir, rename, rm } from 'node:fs/promises'
+import { randomBytes } from 'node:crypto'
+import { mkdir, readdir, readlink, rename, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { Readable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
@@ -13,10 +14,31 @@ import type { Identity } from '../../src/workspaces/usage-directory.ts'
 import { workspaceQuota } from '../../src/workspaces/quotas.ts'
 import { tarOf } from '../support/tarball.ts'
 import { tempDir } from '../support/temp.ts'
+import { eventually } from '../sources/helpers.ts'
 
 const LIMITS = { maxEntries: 100, maxBytes: 1024 * 1024, maxBodyBytes: 1024 * 1024 }
 
+/** Descriptors of this process open on a file under `dir` (or a name it was renamed to, deleted). */
+async function openUnder (dir: string): Promise<string[]> {
+  const targets = await Promise.all((await readdir('/proc/self/fd')).map((fd) => readlink(`/proc/self/fd/${fd}`).catch(() => '')))
+  return targets.filter((target) => target.startsWith(dir))
+}
+
 describe('stageArchive', () => {
+  it('closes the file it was writing when the archive ends mid-entry (truncated, or a client gone): no descriptor, no disk kept', async () => {
+    const root = await tempDir('toolport-extract-')
+    const stagingDir = path.join(root, 'staging')
+    const archive = tarOf([{ name: 'big.bin', content: randomBytes(3 * 1024 * 1024) }])
+    for (const cut of [Readable.from([archive.subarray(0, archive.length / 2)]), Readable.from((async function * () {
+      yield archive.subarray(0, archive.length / 2)
+      throw new Error('the client went away')
+    })())]) {
+      await expect(stageArchive(cut, stagingDir, { ...LIMITS, maxBytes: 8 * 1024 * 1024, maxBodyBytes: 8 * 1024 * 1024 })).rejects.toThrow()
+      expect(await eventually(async () => (await openUnder(stagingDir)).length === 0, 3000)).toBe(true)
+    }
+    expect(await readdir(stagingDir)).toEqual([])
+  })
+
   it('unpacks into a directory of its own that no other user of the host may enter, under a staging directory made open', async () => {
     const root = await tempDir('toolport-extract-')
     const stagingDir = path.join(root, 'staging')
