@@ -6,6 +6,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { loadOnce } from '../load-once.ts'
 
 type Labels<T extends string> = Partial<Record<T, string | number>>
 
@@ -79,25 +80,22 @@ async function load (sources: MetricsSources, defaultMetrics: boolean): Promise<
 
 export function createMetrics (sources: MetricsSources, options: { defaultMetrics?: boolean } = {}): Metrics {
   let loaded: Loaded | undefined
-  let loading: Promise<Loaded> | undefined
   /** Counts and observations made before prom-client is loaded: the first of them starts loading it. */
   let early: Array<(metrics: Loaded) => void> = []
   /** Gauge values set before: only the last per gauge and labels matters, and setting one loads nothing. */
   const earlyGauges = new Map<string, (metrics: Loaded) => void>()
 
-  const ensureLoaded = (): Promise<Loaded> => {
-    loading ??= load(sources, options.defaultMetrics !== false).then((metrics) => {
-      for (const apply of [...earlyGauges.values(), ...early]) apply(metrics)
-      earlyGauges.clear()
-      early = []
-      loaded = metrics
-      return metrics
-    })
-    return loading
-  }
+  const ensureLoaded = loadOnce(() => load(sources, options.defaultMetrics !== false).then((metrics) => {
+    for (const apply of [...earlyGauges.values(), ...early]) apply(metrics)
+    earlyGauges.clear()
+    early = []
+    loaded = metrics
+    return metrics
+  }))
   const recordEarly = (apply: (metrics: Loaded) => void): void => {
     early.push(apply)
-    void ensureLoaded()
+    // A load that fails (no descriptor free) keeps what waits for it: the next count tries again.
+    ensureLoaded().catch(() => {})
   }
 
   const scrape = async (): Promise<string> => {

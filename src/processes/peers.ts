@@ -10,6 +10,7 @@
 import type { Readable } from 'node:stream'
 import type { Agent } from 'undici'
 import { ToolError, isErrorCode } from '../errors.ts'
+import { loadOnce } from '../load-once.ts'
 
 /** Marks a forwarded request: its instance answers from its own processes only. */
 export const FORWARDED_HEADER = 'toolport-forwarded'
@@ -78,8 +79,14 @@ export interface PeerAnswer {
   body: Readable & { json: () => Promise<unknown>, dump: () => Promise<void> }
 }
 
+async function loadUndici (): Promise<{ agent: Agent, request: typeof import('undici').request }> {
+  const { Agent, request } = await import('undici')
+  return { agent: new Agent({ connect: { timeout: CONNECT_MS } }), request }
+}
+
 export class Peers {
-  #agent: Promise<{ agent: Agent, request: typeof import('undici').request }> | undefined
+  /** undici, loaded by the first forward: a single instance never needs it. */
+  #undici = loadOnce(loadUndici)
   /** The trace headers of the request being forwarded, so the owner's spans join the caller's trace. */
   readonly #traceHeaders: () => Record<string, string>
 
@@ -138,9 +145,9 @@ export class Peers {
   }
 
   async close (): Promise<void> {
-    const loaded = this.#agent
-    this.#agent = undefined
-    if (loaded) await (await loaded).agent.close()
+    const begun = this.#undici.begun
+    this.#undici = loadOnce(loadUndici)
+    if (begun) await (await begun).agent.close()
   }
 
   /** Whether `owner` answers as the run the record names (as `send` asks before it sends): why not, when not. */
@@ -177,12 +184,6 @@ export class Peers {
     // Healthy, and not that run (another run of the service, or something else): it is gone. An
     // answer that is not healthy (a proxy's 502, the instance's own 503 while it closes) may pass.
     throw new OwnerGone(owner, { reason: status >= 200 && status < 300 ? 'replaced' : 'unanswered' })
-  }
-
-  #undici (): Promise<{ agent: Agent, request: typeof import('undici').request }> {
-    // undici is loaded by the first forward: a single instance never needs it.
-    this.#agent ??= import('undici').then(({ Agent, request }) => ({ agent: new Agent({ connect: { timeout: CONNECT_MS } }), request }))
-    return this.#agent
   }
 }
 

@@ -6,6 +6,7 @@
  * hand it each request and send back its answer.
  */
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import { loadOnce } from '../../load-once.ts'
 
 const PREFIX = '/docs'
 /** Headers of the inner answer that describe its connection, not its content: the outer reply has its own. */
@@ -21,12 +22,14 @@ async function buildUi (document: unknown): Promise<FastifyInstance> {
 }
 
 export const docsUi: FastifyPluginAsync = async (app) => {
-  let ui: Promise<FastifyInstance> | undefined
-  app.addHook('onClose', async () => { if (ui) await (await ui).close() })
+  const ui = loadOnce(async () => buildUi(await app.openApiDocument()))
+  app.addHook('onClose', async () => {
+    const begun = ui.begun
+    if (begun) await (await begun).close()
+  })
 
   const forward = async (request: FastifyRequest, reply: FastifyReply) => {
-    ui ??= app.openApiDocument().then(buildUi)
-    const answer = await (await ui).inject({ method: 'GET', url: request.url, headers: request.headers })
+    const answer = await (await ui()).inject({ method: 'GET', url: request.url, headers: request.headers })
     // A page that is not there is the app's NotFound problem, as for any other URL.
     if (answer.statusCode === 404) return reply.callNotFound()
     const headers = Object.fromEntries(Object.entries(answer.headers).filter(([name]) => !CONNECTION_HEADERS.has(name)))

@@ -15,6 +15,7 @@
 import type { FastifyInstance, RouteOptions } from 'fastify'
 import { lazySerializers } from './lazy-serializers.ts'
 import { lazyValidators } from './lazy-validators.ts'
+import { loadOnce } from '../../load-once.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -59,11 +60,5 @@ export function installOpenApiDocument (app: FastifyInstance, options: OpenApiDo
   // HEAD routes are Fastify's own copies of the GET routes, which swagger leaves out.
   // The options themselves, as swagger keeps them: hooks added later (idempotency's) still change them.
   app.addHook('onRoute', (route) => { if (route.method !== 'HEAD') routes.push(route) })
-  let document: Promise<Record<string, unknown>> | undefined
-  app.decorate('openApiDocument', () => {
-    document ??= buildDocument(routes, Object.values(app.getSchemas()), options)
-    // A failed build is tried again by the next request.
-    document.catch(() => { document = undefined })
-    return document
-  })
+  app.decorate('openApiDocument', loadOnce(() => buildDocument(routes, Object.values(app.getSchemas()), options)))
 }

@@ -11,6 +11,7 @@ import type { NameMatcher } from '../../execution/globs.ts'
 import type { Runtime } from '../../runtime.ts'
 import { ToolError } from '../../errors.ts'
 import type { McpSession, McpSessions } from '../../mcp-server/sessions.ts'
+import { loadOnce } from '../../load-once.ts'
 
 const SESSION_HEADER = 'mcp-session-id'
 
@@ -75,13 +76,14 @@ interface McpServerSide {
 
 export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async (app, { runtime }) => {
   // The MCP SDK (its server, transport and schemas) is loaded by the first /mcp request, not at start-up.
-  let loading: Promise<McpServerSide> | undefined
-  const serverSide = (): Promise<McpServerSide> => {
-    loading ??= Promise.all([import('../../mcp-server/sessions.ts'), import('@modelcontextprotocol/sdk/types.js')])
-      .then(([{ McpSessions }, { isInitializeRequest }]) => ({ sessions: new McpSessions(runtime, app.log as Logger), isInitializeRequest }))
-    return loading
-  }
-  app.addHook('onClose', async () => { if (loading) await (await loading).sessions.closeAll() })
+  const serverSide = loadOnce(async (): Promise<McpServerSide> => {
+    const [{ McpSessions }, { isInitializeRequest }] = await Promise.all([import('../../mcp-server/sessions.ts'), import('@modelcontextprotocol/sdk/types.js')])
+    return { sessions: new McpSessions(runtime, app.log as Logger), isInitializeRequest }
+  })
+  app.addHook('onClose', async () => {
+    const begun = serverSide.begun
+    if (begun) await (await begun).sessions.closeAll()
+  })
   // The SDK's transport builds each request's URL again and answers a bare 400 of its own when that
   // changes the Host (an IPv6 address written out, a name in Unicode): it gets the Host as a URL spells it.
   // An HTTP/1.0 request may come without a Host: it gets the address it was sent to.

@@ -1,0 +1,25 @@
+/**
+ * Something loaded by its first use, once: a module imported lazily (so
+ * that start-up does not pay for it), or what is built from one. A load that
+ * fails is forgotten and tried again by the next use: a module that could
+ * not be read for want of a descriptor (EMFILE) loads once some are free,
+ * where a kept rejection would fail every later use while the service runs.
+ */
+export interface LoadedOnce<T> {
+  /** The value, loading it on the first use (or the first after a failed load). */
+  (): Promise<T>
+  /** The load under way or done, if one has begun and not failed. */
+  readonly begun: Promise<T> | undefined
+}
+
+export function loadOnce<T> (load: () => Promise<T>): LoadedOnce<T> {
+  let loading: Promise<T> | undefined
+  const get = (): Promise<T> => {
+    loading ??= load().catch((error: unknown) => {
+      loading = undefined
+      throw error
+    })
+    return loading
+  }
+  return Object.defineProperty(get, 'begun', { get: () => loading }) as LoadedOnce<T>
+}
