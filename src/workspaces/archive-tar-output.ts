@@ -18,6 +18,21 @@ const BLOCK = 512
 /** The buffer of one download: the largest chunk written to gzip, and the most of a file read at once. */
 export const TAR_BUFFER_BYTES = 64 * 1024
 
+/** The longest path a ustar header holds: a 155-byte prefix, a slash, a 100-byte name. */
+const USTAR_PATH_BYTES = 256
+
+/**
+ * The name in the header of an entry whose path only its pax record holds:
+ * the start of its last component (no slash, so never `..` or a path
+ * elsewhere for a reader that ignores pax records), a directory's slash kept.
+ */
+function standInFor (entryPath: string): string {
+  const directory = entryPath.endsWith('/')
+  const trimmed = directory ? entryPath.slice(0, -1) : entryPath
+  const last = trimmed.slice(trimmed.lastIndexOf('/') + 1)
+  return Array.from(last.slice(0, 48)).slice(0, 24).join('') + (directory ? '/' : '')
+}
+
 export class TarOutput {
   readonly #into: Writable
   readonly #tar: typeof import('tar')
@@ -34,7 +49,12 @@ export class TarOutput {
   /** An entry's header block, after a pax record when a field (a long name, say) does not fit in it. */
   async header (data: HeaderData): Promise<void> {
     const block = this.#header.fill(0)
-    if (new this.#tar.Header(data).encode(block)) {
+    // A path longer than a header's name and prefix together can only be in the pax record, and node-tar
+    // would look for a split of it one directory at a time, each step on the whole path: a workspace
+    // thousands of directories deep took seconds a header, on the event loop. The header gets a stand-in.
+    const fits = data.path === undefined || Buffer.byteLength(data.path) <= USTAR_PATH_BYTES
+    const needsPax = new this.#tar.Header(fits ? data : { ...data, path: standInFor(data.path as string) }).encode(block)
+    if (needsPax || !fits) {
       await this.#copy(new this.#tar.Pax({ path: data.path, linkpath: data.linkpath, size: data.size, mtime: data.mtime }).encode())
     }
     await this.#copy(block)

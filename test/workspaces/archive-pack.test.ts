@@ -5,12 +5,14 @@
  * per chunk would pile up until V8 collects it), and the archive stays
  * exact (a buffer filled again too early would corrupt it).
  */
+import { execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdir, readFile, readlink, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import zlib from 'node:zlib'
 import { pino } from 'pino'
+import * as tar from 'tar'
 import { extract } from 'tar'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { packWorkspace } from '../../src/workspaces/archive-pack.ts'
@@ -59,6 +61,26 @@ describe('packWorkspace', () => {
     for (const [name, content] of small) expect(await readFile(path.join(out, name), 'utf8')).toBe(content)
     expect(await readFile(path.join(out, longName), 'utf8')).toBe('a name past the 100 bytes of a tar header')
     expect(await readlink(path.join(out, 'link'))).toBe('large.bin')
+  })
+
+  it('packs a tree deeper than any path a header holds, leaving every such path to its pax record (node-tar never splits one)', async () => {
+    const workspace = await tempDir()
+    const name = 'E'.repeat(200)
+    // Paths of up to 3 KB: past the 256 bytes a header holds.
+    execFileSync('sh', ['-c', `for i in $(seq 15); do mkdir ${name} && cd ${name}; done; echo deep > f`], { cwd: workspace })
+    const encoded: number[] = []
+    const encode = tar.Header.prototype.encode
+    vi.spyOn(tar.Header.prototype, 'encode').mockImplementation(function (this: tar.Header, ...args: Parameters<typeof encode>) {
+      encoded.push(Buffer.byteLength(this.path ?? ''))
+      return encode.apply(this, args)
+    })
+    const paths: string[] = []
+    await pipeline(packWorkspace(workspace), tar.t({ onReadEntry: (entry) => { paths.push(entry.path) } }))
+    const deep = Array.from({ length: 15 }, () => name).join('/')
+    expect(paths).toContain(`${deep}/f`)
+    expect(paths).toContain(`${deep}/`)
+    expect(paths).toHaveLength(16)
+    expect(Math.max(...encoded)).toBeLessThanOrEqual(256)
   })
 
   it('packs entries whose names are not UTF-8, under their names with U+FFFD for those bytes', async () => {
