@@ -22,6 +22,7 @@ import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { directoryNameOf } from '../workspaces/ids.ts'
+import { loadOnce } from '../load-once.ts'
 import { makePrivateDirectory } from '../workspaces/meta.ts'
 import { errnoOf, type FoundRecord, generationOf, type KeyRecord, type RecordBase, RECORD_MODE, readRecord, type StoredAnswer, writeAtomically } from './idempotency-records.ts'
 import { RecordBytes } from './idempotency-usage.ts'
@@ -64,7 +65,12 @@ export class IdempotencyStore {
   readonly #held = new Set<Ticket>()
   /** Tenant directories known to exist: a claim then needs no mkdir. */
   readonly #madeDirs = new Set<string>()
-  #madePrivate: Promise<void> | undefined
+  /** The store's directory, made private by the first claim (tried again by the next after a failure). */
+  readonly #madePrivate = loadOnce(async () => {
+    const notPrivate = await makePrivateDirectory(this.dir)
+    if (notPrivate) this.#log.warn({ err: notPrivate, dir: this.dir }, 'could not make the idempotency records\' directory private (0700): other users of the host may read stored answers')
+  })
+
   /** What each tenant's records hold: the bound on what a tenant may make the service keep. */
   readonly #bytes = new RecordBytes()
   #heartbeat: NodeJS.Timeout | undefined
@@ -215,10 +221,7 @@ export class IdempotencyStore {
    * a root an operator made open too; once, by the first claim.
    */
   async #makeTenantDir (tenantDir: string): Promise<void> {
-    this.#madePrivate ??= makePrivateDirectory(this.dir).then((notPrivate) => {
-      if (notPrivate) this.#log.warn({ err: notPrivate, dir: this.dir }, 'could not make the idempotency records\' directory private (0700): other users of the host may read stored answers')
-    })
-    await this.#madePrivate
+    await this.#madePrivate()
     await mkdir(tenantDir, { recursive: true, mode: 0o700 })
   }
 

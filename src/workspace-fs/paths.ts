@@ -108,6 +108,11 @@ async function danglingTarget (workspaceDir: string, candidate: string, userPath
 }
 
 /** Whether a path ends with a separator, `.` or `..` (`dir/`, `dir/.`): it names a directory, never a file to write. */
-export function namesDirectory (userPath: string): boolean {
+function namesDirectory (userPath: string): boolean {
   return /(?:^|[/\\])\.{0,2}$/.test(userPath)
+}
+
+/** Refuses a path that names a directory (`namesDirectory`) where a file is wanted, read or written. */
+export function refuseDirectoryName (userPath: string): void {
+  if (namesDirectory(userPath)) throw new ToolError('InvalidArgs', `${JSON.stringify(userPath)} ends with a slash, . or ..: it names a directory, not a file`)
 }

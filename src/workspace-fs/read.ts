@@ -9,7 +9,7 @@ import path from 'node:path'
 import { ToolError } from '../errors.ts'
 import { fsError, shownPath } from './errors.ts'
 import { closeQuietly, openContainedDirectory, openNoFollow, READ_FLAGS, splitInWorkspace } from './open.ts'
-import { checkPathSyntax, resolveInWorkspace } from './paths.ts'
+import { checkPathSyntax, refuseDirectoryName, resolveInWorkspace } from './paths.ts'
 
 /** Resolves a path that must exist: FileNotFound otherwise. */
 export async function existingPath (workspaceDir: string, userPath: string): Promise<string> {
@@ -51,12 +51,12 @@ async function openUnchecked (workspaceDir: string, absolute: string, userPath: 
 
 /**
  * Only a regular file with no other names may be read: its other hard links may lie outside the
- * workspace. A path that ends as a directory's does (`a.txt/`, `a.txt/.`) names none, as the kernel
- * has it (ENOTDIR); the path was resolved without it.
+ * workspace. A path that names a directory (`a.txt/`, `a.txt/.`) names no file, as the kernel has it
+ * (ENOTDIR): the path was resolved without the ending, and would otherwise read the file.
  */
 function checkReadable (stat: Stats, userPath: string): Stats {
   if (stat.isDirectory()) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is a directory`)
-  if (/\/\.?$/.test(userPath)) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is not a directory`)
+  refuseDirectoryName(userPath)
   if (!stat.isFile()) throw new ToolError('InvalidArgs', `${shownPath(userPath)} is not a regular file`)
   if (stat.nlink > 1) throw new ToolError('InvalidPath', `${shownPath(userPath)} has other hard links, which may lie outside the workspace`)
   return stat

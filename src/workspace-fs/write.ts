@@ -13,7 +13,7 @@ import { ToolError } from '../errors.ts'
 import { fsError, shownPath } from './errors.ts'
 import { runExclusively } from './keyed-mutex.ts'
 import { openContainedDirectory, splitInWorkspace } from './open.ts'
-import { namesDirectory, resolveInWorkspace } from './paths.ts'
+import { refuseDirectoryName, resolveInWorkspace } from './paths.ts'
 
 /** What a write asks before it grows the workspace (its byte quota), and tells once it landed (its usage). */
 export interface RoomCheck {
@@ -40,7 +40,7 @@ export function withFileLock<T> (absolute: string, task: () => Promise<T>): Prom
 export async function writeWorkspaceFile (workspaceDir: string, userPath: string, content: string, quota: RoomCheck | undefined): Promise<void> {
   const { absolute } = await resolveInWorkspace(workspaceDir, userPath)
   if (absolute === workspaceDir) throw new ToolError('InvalidArgs', `${JSON.stringify(userPath)} names the workspace itself, not a file`)
-  if (namesDirectory(userPath)) throw new ToolError('InvalidArgs', `${JSON.stringify(userPath)} ends with a slash, . or ..: it names a directory, not a file`)
+  refuseDirectoryName(userPath)
   await withFileLock(absolute, () => writeContained(workspaceDir, absolute, userPath, content, { createParents: true, quota }))
 }
 

@@ -252,7 +252,6 @@ export class WorkspaceLayout {
   }
 }
 
-/** Whether `dir` is there; a failure to tell (EIO, ESTALE on a network volume) is thrown, never taken for gone (that removes the workspace). */
 /**
  * Makes `dir` (and its missing parents) private to the service's user
  * (0700), also one an operator made open. Answers why not when it cannot
@@ -263,6 +262,7 @@ export async function makePrivateDirectory (dir: string): Promise<unknown> {
   return chmod(dir, 0o700).then(() => undefined, (error: unknown) => error)
 }
 
+/** Whether `dir` is there; a failure to tell (EIO, ESTALE on a network volume) is thrown, never taken for gone (that removes the workspace). */
 export async function directoryExists (dir: string): Promise<boolean> {
   try {
     await stat(dir)

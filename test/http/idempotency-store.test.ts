@@ -3,7 +3,7 @@
  * whose instance died, expiry on access and by the sweep. Two stores on one
  * directory stand for two instances sharing a workspace root.
  */
-import { chmod, mkdir, readdir, stat, utimes, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -50,6 +50,15 @@ describe('IdempotencyStore', () => {
     const records = await readdir(path.join(root, 'idempotency', tenantDir ?? ''))
     expect(records.length).toBeGreaterThan(0)
     for (const name of records) expect(await modeOf(path.join(root, 'idempotency', tenantDir ?? '', name))).toBe(0o600)
+  })
+
+  it('tries to make its directory again after a claim found it could not (something in its way, removed since)', async () => {
+    const root = await tempDir()
+    await writeFile(path.join(root, 'idempotency'), 'in the way')
+    const store = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    await expect(store.claim('acme', 'key', 'f1')).rejects.toThrow()
+    await rm(path.join(root, 'idempotency'))
+    expect((await store.claim('beta', 'key', 'f1')).kind).toBe('claimed')
   })
 
   it('counts the bytes each tenant\'s records hold: as it stores them, and on a sweep from the disk (another instance\'s, or before a restart)', async () => {

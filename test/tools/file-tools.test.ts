@@ -52,7 +52,7 @@ describe('read_file', () => {
     const ctx = await toolContext()
     await writeFile(path.join(ctx.workspaceDir, 'a.txt'), 'hello\n')
     for (const named of ['a.txt/', 'a.txt/.', './a.txt//']) {
-      await expect(readFileTool.execute({ path: named }, ctx)).rejects.toThrow(`${named} is not a directory`)
+      await expect(readFileTool.execute({ path: named }, ctx)).rejects.toThrow(`${JSON.stringify(named)} ends with a slash, . or ..: it names a directory, not a file`)
       expect(await codeOf(readTool.execute({ file_path: named }, ctx))).toBe('InvalidArgs')
     }
     expect(await readFileTool.execute({ path: './a.txt' }, ctx)).toEqual({ content: 'hello\n' })
