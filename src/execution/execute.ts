@@ -24,8 +24,8 @@ export const CANCELLED = 'cancelled'
 
 /** The span of one tool call. */
 export interface CallSpan {
-  /** `known`: the call named a registered tool; `left`: its caller left before the answer (no failure). */
-  end: (outcome: Outcome, how: { known: boolean, left: boolean }) => void
+  /** `left`: its caller left before the answer (no failure). */
+  end: (outcome: Outcome, how: { left: boolean }) => void
 }
 
 /** Tool calls: a span per call, a child of the request span active where it runs. */
@@ -163,18 +163,17 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   const span = services.tracing?.startCall(toolName, call.id)
   const traced = <T>(work: () => Promise<T>): Promise<T> => span && services.tracing ? services.tracing.during(span, work) : work()
   let metricName = '(unknown)'
-  let registered: AnyTool | undefined
   // Named from the start, so that a call refused before its workspace is leased is reported with it too.
   let workspaceId: string | null = workspace.named
   let outcome: Outcome
   let link: { signal: AbortSignal, dispose: () => void } | undefined
   const maxResultBytes = effectiveLimit(services.maxResultBytes, call.maxResultBytes)
   try {
-    registered = services.registry.get(call.name)
+    const found = services.registry.get(call.name)
     // The registered name, even in a refusal: `WRITE_FILE` out of scope is reported as write_file.
-    toolName = registered?.name ?? toolName
-    metricName = registered?.name ?? metricName
-    const tool = usableTool(registered, call.name, caller.scope)
+    toolName = found?.name ?? toolName
+    metricName = found?.name ?? metricName
+    const tool = usableTool(found, call.name, caller.scope)
     const args = parseArguments(call.arguments)
     validateArguments(tool, args, caller.log)
     workspace.validate()
@@ -239,7 +238,7 @@ export async function execute (services: ExecutionServices, call: ToolCall, call
   // A caller that left (a client gone, an MCP cancel) is no failure of the tool or the service: no alert should count it as one.
   const left = !outcome.ok && caller.signal.aborted && abortReason(caller.signal) === undefined && !services.killSignal.aborted
   recordOutcome(services, caller.requestId, outcome, metricName, workspaceId, left)
-  span?.end(outcome, { known: registered !== undefined, left })
+  span?.end(outcome, { left })
   return outcome
 }
 

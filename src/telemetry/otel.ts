@@ -62,16 +62,17 @@ class HttpSpan implements RequestSpan {
 
 class ToolSpan implements CallSpan {
   readonly span: Span
+  readonly #name: string
 
-  constructor (span: Span) {
+  constructor (span: Span, name: string) {
     this.span = span
+    this.#name = name
   }
 
-  end (outcome: Outcome, { known, left }: { known: boolean, left: boolean }): void {
+  end (outcome: Outcome, { left }: { left: boolean }): void {
     const span = this.span
-    // Named once the tool is known, by its registered name (`READ_FILE` → read_file). A name no tool
-    // has is the caller's to mint: it stays in gen_ai.tool.name, out of the span's name.
-    if (known) {
+    // The registered name, which a lookup may have corrected (`READ_FILE` → read_file).
+    if (outcome.tool !== this.#name) {
       span.updateName(`${EXECUTE_TOOL} ${outcome.tool}`)
       span.setAttribute(ATTR_GEN_AI_TOOL_NAME, outcome.tool)
     }
@@ -143,7 +144,7 @@ export function startTracing (options: TracingOptions, log: Logger): Tracing {
     startCall (tool: string, callId: string | undefined): CallSpan {
       const attributes: Record<string, string> = { [ATTR_GEN_AI_OPERATION_NAME]: EXECUTE_TOOL, [ATTR_GEN_AI_TOOL_NAME]: tool }
       if (callId !== undefined) attributes[ATTR_GEN_AI_TOOL_CALL_ID] = callId
-      return new ToolSpan(tracer.startSpan(EXECUTE_TOOL, { kind: SpanKind.INTERNAL, attributes }))
+      return new ToolSpan(tracer.startSpan(`${EXECUTE_TOOL} ${tool}`, { kind: SpanKind.INTERNAL, attributes }), tool)
     },
     during <T>(span: CallSpan, work: () => Promise<T>): Promise<T> {
       return context.with(trace.setSpan(context.active(), (span as ToolSpan).span), work)
