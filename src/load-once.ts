@@ -8,8 +8,8 @@
 export interface LoadedOnce<T> {
   /** The value, loading it on the first use (or the first after a failed load). */
   (): Promise<T>
-  /** The load under way or done, if one has begun and not failed. */
-  readonly begun: Promise<T> | undefined
+  /** The value, if a load has begun (and not failed): undefined when none has, or when the load under way fails. For what must close it. */
+  readonly begun: Promise<T | undefined> | undefined
 }
 
 export function loadOnce<T> (load: () => Promise<T>): LoadedOnce<T> {
@@ -21,5 +21,5 @@ export function loadOnce<T> (load: () => Promise<T>): LoadedOnce<T> {
     })
     return loading
   }
-  return Object.defineProperty(get, 'begun', { get: () => loading }) as LoadedOnce<T>
+  return Object.defineProperty(get, 'begun', { get: () => loading?.catch(() => undefined) }) as LoadedOnce<T>
 }

@@ -147,7 +147,7 @@ export class Peers {
   async close (): Promise<void> {
     const begun = this.#undici.begun
     this.#undici = loadOnce(loadUndici)
-    if (begun) await (await begun).agent.close()
+    await (await begun)?.agent.close()
   }
 
   /** Whether `owner` answers as the run the record names (as `send` asks before it sends): why not, when not. */

@@ -96,7 +96,8 @@ const slots = new ScanSlots(MAX_CONCURRENT_SCANS)
 /**
  * Runs the scan of the workspace at `dir` in a slot, by turns. Its owner
  * is the directory that holds the workspace, which a tenant's persistent
- * workspaces share (and the ephemeral workspaces theirs).
+ * workspaces share; the ephemeral workspaces of every tenant share theirs,
+ * and so take turns among themselves in the order they came.
  */
 export function runScan<T> (dir: string, scan: (pause: ScanPause) => Promise<T>): Promise<T> {
   return slots.run(path.dirname(dir), scan)

@@ -15,17 +15,22 @@ const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encodi
 async function buildUi (document: unknown): Promise<FastifyInstance> {
   const [{ default: Fastify }, { default: swagger }, { default: swaggerUi }] = await Promise.all([import('fastify'), import('@fastify/swagger'), import('@fastify/swagger-ui')])
   const ui = Fastify()
-  await ui.register(swagger, { mode: 'static', specification: { document: document as never } })
-  await ui.register(swaggerUi, { routePrefix: PREFIX })
-  await ui.ready()
+  try {
+    await ui.register(swagger, { mode: 'static', specification: { document: document as never } })
+    await ui.register(swaggerUi, { routePrefix: PREFIX })
+    await ui.ready()
+  } catch (error) {
+    // Tried again by the next request: this one is not left behind.
+    await ui.close().catch(() => {})
+    throw error
+  }
   return ui
 }
 
 export const docsUi: FastifyPluginAsync = async (app) => {
   const ui = loadOnce(async () => buildUi(await app.openApiDocument()))
   app.addHook('onClose', async () => {
-    const begun = ui.begun
-    if (begun) await (await begun).close()
+    await (await ui.begun)?.close()
   })
 
   const forward = async (request: FastifyRequest, reply: FastifyReply) => {

@@ -81,8 +81,7 @@ export const mcpRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = async 
     return { sessions: new McpSessions(runtime, app.log as Logger), isInitializeRequest }
   })
   app.addHook('onClose', async () => {
-    const begun = serverSide.begun
-    if (begun) await (await begun).sessions.closeAll()
+    await (await serverSide.begun)?.sessions.closeAll()
   })
   // The SDK's transport builds each request's URL again and answers a bare 400 of its own when that
   // changes the Host (an IPv6 address written out, a name in Unicode): it gets the Host as a URL spells it.
