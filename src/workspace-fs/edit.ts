@@ -2,11 +2,17 @@
  * The edit procedure every editing tool shares (edit_file, omega's edit): the
  * file is read whole, changed by the tool's own rule, and written back
  * atomically within the workspace's quota, alone among this instance's
- * writes and edits of that file, so none loses another's change.
+ * writes and edits of that file, so none loses another's change; and only
+ * over the file as it was read, so that a change made meanwhile by what
+ * does not wait for those (an archive upload, another instance, a command)
+ * is not lost either: the edit is then made again on the file there now.
  */
 import { ToolError } from '../errors.ts'
 import { existingPath, openContained, readPrefix, utf8Text } from './read.ts'
-import { type RoomCheck, withFileLock, writeContained } from './write.ts'
+import { FileChanged, type RoomCheck, withFileLock, writeContained } from './write.ts'
+
+/** Reads of a file that keeps changing under an edit before it gives up (Conflict). */
+const EDIT_ATTEMPTS = 5
 
 /** Files larger than this are not loaded for an edit. */
 export const MAX_EDIT_BYTES = 16 * 1024 * 1024
@@ -31,16 +37,23 @@ export function replaceFirst (text: string, needle: string, replacement: string)
 export async function editFile<T> (workspaceDir: string, userPath: string, quota: RoomCheck | undefined, edit: (text: string) => { text: string, result: T }): Promise<T> {
   const absolute = await existingPath(workspaceDir, userPath)
   return withFileLock(absolute, async () => {
-    const { handle, stat } = await openContained(workspaceDir, absolute, userPath)
-    let text: string
-    try {
-      if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${userPath} is larger than ${MAX_EDIT_BYTES} bytes; edit it with exec_shell instead`)
-      text = utf8Text(await readPrefix(handle, stat.size), userPath)
-    } finally {
-      await handle.close()
+    for (let attempt = 1; ; attempt++) {
+      const { handle, stat } = await openContained(workspaceDir, absolute, userPath)
+      let text: string
+      try {
+        if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${userPath} is larger than ${MAX_EDIT_BYTES} bytes; edit it with exec_shell instead`)
+        text = utf8Text(await readPrefix(handle, stat.size), userPath)
+      } finally {
+        await handle.close()
+      }
+      const edited = edit(text)
+      try {
+        await writeContained(workspaceDir, absolute, userPath, edited.text, { quota, unchangedSince: stat })
+        return edited.result
+      } catch (error) {
+        // Changed since it was read: the edit is made again on what is there now, as if it came after.
+        if (!(error instanceof FileChanged) || attempt === EDIT_ATTEMPTS) throw error
+      }
     }
-    const edited = edit(text)
-    await writeContained(workspaceDir, absolute, userPath, edited.text, { quota })
-    return edited.result
   })
 }

@@ -8,6 +8,7 @@
  * file (`withFileLock`), so an edit never writes back over a newer write.
  */
 import { randomUUID } from 'node:crypto'
+import type { Stats } from 'node:fs'
 import { lstat, open, rename, rm } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import { fsError, shownPath } from './errors.ts'
@@ -60,7 +61,24 @@ export function ensureWritableText (text: string, userPath: string): void {
  * target is replaced, never followed. With `createParents`, missing
  * directories are made on the way.
  */
-export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean, quota?: RoomCheck | undefined } = {}): Promise<void> {
+/**
+ * The file an edit read was replaced or changed before the edit's text went in (an archive upload, a
+ * write by another instance, a command): nothing was written, and the edit is made again on what is there.
+ */
+export class FileChanged extends ToolError {
+  constructor (userPath: string) {
+    super('Conflict', `${shownPath(userPath)} kept changing while it was being edited; nothing was written`)
+  }
+}
+
+interface WriteOptions {
+  createParents?: boolean
+  quota?: RoomCheck | undefined
+  /** The file as an edit read it: the write goes in only over that same file, unchanged (FileChanged). */
+  unchangedSince?: Stats
+}
+
+export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: WriteOptions = {}): Promise<void> {
   if (typeof content === 'string') ensureWritableText(content, userPath)
   const { quota } = options
   if (!quota) return writeInPlace(workspaceDir, absolute, userPath, content, options)
@@ -71,6 +89,11 @@ export async function writeContained (workspaceDir: string, absolute: string, us
     // A file replaces a regular file (same count) or a symlink or nothing (one more).
     after: (replaced) => quota.landed(replaced ? 0 : 1, size - (replaced?.size ?? 0), splitInWorkspace(workspaceDir, absolute).relativeDir),
   }))
+}
+
+/** The same file, not changed since `before` was taken: a file renamed over it is another inode, a write changes its times. */
+function sameFile (now: Stats | null, before: Stats): boolean {
+  return now !== null && now.ino === before.ino && now.dev === before.dev && now.size === before.size && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs
 }
 
 /** A regular file a write replaces, as measured in the walked directory (null: none, or not a regular file). */
@@ -89,7 +112,7 @@ export function withQuotaLock<T> (workspaceDir: string, task: () => Promise<T>):
   return runExclusively(`${workspaceDir}\u0000quota`, task)
 }
 
-async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: { createParents?: boolean }, hooks?: WriteHooks): Promise<void> {
+async function writeInPlace (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: WriteOptions, hooks?: WriteHooks): Promise<void> {
   const { relativeDir, name } = splitInWorkspace(workspaceDir, absolute)
   // Short whatever the name: a name of 255 bytes has no room for more.
   const temp = `.toolport-${randomUUID()}.tmp`
@@ -120,6 +143,8 @@ async function writeInPlace (workspaceDir: string, absolute: string, userPath: s
     } finally {
       await file.close()
     }
+    // Last look: this instance's writes of the file wait for the edit, but an upload, another instance or a command need not.
+    if (options.unchangedSince && !sameFile(await lstat(dir.at(name)).catch(() => null), options.unchangedSince)) throw new FileChanged(userPath)
     await rename(dir.at(temp), dir.at(name))
     hooks?.after(replaced)
   } catch (error) {

@@ -1,0 +1,61 @@
+/**
+ * The edit procedure: a file changed between the edit's read and its write
+ * (an archive upload renaming a file over it, another instance's write, a
+ * command appending) is never overwritten with text made from the old one:
+ * the edit is made again on the file as it is now, or refused with nothing
+ * written when the file keeps changing.
+ */
+import { appendFileSync, renameSync, writeFileSync } from 'node:fs'
+import { readFile, realpath, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { editFile } from '../../src/workspace-fs/edit.ts'
+import { tempDir } from '../support/temp.ts'
+
+async function workspaceWith (content: string): Promise<{ dir: string, file: string }> {
+  const dir = await realpath(await tempDir('toolport-edit-'))
+  await writeFile(path.join(dir, 'f.txt'), content)
+  return { dir, file: path.join(dir, 'f.txt') }
+}
+
+const appendMark = (text: string) => ({ text: `${text}e|`, result: text })
+
+describe('editFile', () => {
+  it('makes the edit again on a file replaced after it was read (renamed over, as an upload does)', async () => {
+    const { dir, file } = await workspaceWith('OLD\n')
+    const seen: string[] = []
+    await editFile(dir, 'f.txt', undefined, (text) => {
+      seen.push(text)
+      if (seen.length === 1) {
+        writeFileSync(`${file}.new`, 'ARCHIVE\n')
+        renameSync(`${file}.new`, file)
+      }
+      return appendMark(text)
+    })
+    expect(seen).toEqual(['OLD\n', 'ARCHIVE\n'])
+    expect(await readFile(file, 'utf8')).toBe('ARCHIVE\ne|')
+  })
+
+  it('makes it again on a file changed in place after it was read (a command appending)', async () => {
+    const { dir, file } = await workspaceWith('one\n')
+    let first = true
+    await editFile(dir, 'f.txt', undefined, (text) => {
+      if (first) appendFileSync(file, 'two\n')
+      first = false
+      return appendMark(text)
+    })
+    expect(await readFile(file, 'utf8')).toBe('one\ntwo\ne|')
+  })
+
+  it('writes nothing, and says so, when the file changes under every try', async () => {
+    const { dir, file } = await workspaceWith('start\n')
+    let tries = 0
+    const editing = editFile(dir, 'f.txt', undefined, (text) => {
+      writeFileSync(`${file}.new`, `change ${++tries}\n`)
+      renameSync(`${file}.new`, file)
+      return appendMark(text)
+    })
+    await expect(editing).rejects.toMatchObject({ code: 'Conflict', message: expect.stringMatching(/kept changing while it was being edited; nothing was written/) })
+    expect(await readFile(file, 'utf8')).toBe(`change ${tries}\n`)
+  })
+})
