@@ -15,6 +15,7 @@ import { clipText, errorWithinLimit, truncateResult } from './truncate.ts'
 import { type TenantQuota, workspaceQuota } from '../workspaces/quotas.ts'
 import { usageOf } from '../workspaces/usage.ts'
 import type { WorkspaceLease } from '../workspaces/ephemeral.ts'
+import { directoryExists } from '../workspaces/meta.ts'
 import { type Identity, identityAt, sameIdentity } from '../workspaces/usage-directory.ts'
 import { parseArguments, validateArguments } from './validation.ts'
 import type { WorkspaceScope } from '../workspaces/scope.ts'
@@ -262,14 +263,16 @@ const DELETION_SYMPTOMS = new Set(['ExecutionFailed', 'InvalidPath', 'FileNotFou
  * A call of a tool that works in its workspace (a built-in, an executable;
  * an MCP tool runs in its own server), whose persistent workspace was
  * deleted while it ran (its directory is gone, or another made since under
- * the id) and that failed for it (a command that could not start there, a
- * file gone from under it), is NotFound, as a call after the deletion is:
+ * the id; `found` undefined: already gone when the call looked, just after
+ * its lookup) and that failed for it (a command that could not start there,
+ * a file gone from under it), is NotFound, as a call after the deletion is:
  * not the 500 or the containment error the tool met. What it met stays its
- * cause (logged when it is no ToolError).
+ * cause (logged when it is no ToolError). A directory that could not be
+ * looked at is never taken for deleted.
  */
-async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease, found: Identity | undefined): Promise<unknown> {
-  if (lease.id === null || found === undefined || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
-  if (sameIdentity(await identityAt(lease.dir), found)) return error
+export async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease, found: Identity | undefined): Promise<unknown> {
+  if (lease.id === null || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
+  if (found === undefined ? await directoryExists(lease.dir).catch(() => true) : sameIdentity(await identityAt(lease.dir), found)) return error
   return new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error })
 }
 
