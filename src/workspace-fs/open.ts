@@ -9,7 +9,7 @@
  * directory whatever its path has become. That is `openat` for Node: once the
  * walk holds a directory, no later rename or symlink can move it outside.
  */
-import { constants } from 'node:fs'
+import { constants, type Stats } from 'node:fs'
 import { type FileHandle, mkdir, open } from 'node:fs/promises'
 import path from 'node:path'
 import { ToolError } from '../errors.ts'
@@ -36,11 +36,15 @@ function swapped (userPath: string): ToolError {
 /**
  * Opens the directory `relativeDir` (relative, canonical, inside the
  * workspace) by walking it component by component. With `create`, missing
- * directories are made on the way.
+ * directories are made on the way. `checkRoot` is given the workspace
+ * directory as opened, and throws when it is not the one expected: the walk
+ * then goes on from that very directory, so a workspace deleted and made
+ * again at the path is never written into instead.
  */
-export async function openContainedDirectory (workspaceDir: string, relativeDir: string, userPath: string, options: { create?: boolean } = {}): Promise<ContainedDirectory> {
+export async function openContainedDirectory (workspaceDir: string, relativeDir: string, userPath: string, options: { create?: boolean, checkRoot?: (root: Stats) => void } = {}): Promise<ContainedDirectory> {
   let current: FileHandle = await open(workspaceDir, DIRECTORY_FLAGS)
   try {
+    options.checkRoot?.(await current.stat())
     for (const name of relativeDir.split(path.sep).filter((part) => part !== '' && part !== '.')) {
       const next = `/proc/self/fd/${current.fd}/${name}`
       let handle: FileHandle

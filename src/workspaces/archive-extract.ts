@@ -10,6 +10,7 @@
  * Archives out (downloads) are archive-pack.ts.
  */
 import { randomUUID } from 'node:crypto'
+import type { Stats } from 'node:fs'
 import { mkdir, rename } from 'node:fs/promises'
 import path from 'node:path'
 import { type Readable, Transform } from 'node:stream'
@@ -23,8 +24,9 @@ import { removeTree } from './remove-tree.ts'
 import { PATH_MAX, StagedLinks } from './archive-links.ts'
 import { bytesReplacedBy, moveInto as moveStaged } from './archive-move.ts'
 import { type ExtractReport, skip } from './archive-report.ts'
+import { compressedOnce, countedBytes } from './archive-streams.ts'
 import type { WorkspaceQuota } from './quotas.ts'
-import { type Identity, identityOf, sameIdentity } from './usage-directory.ts'
+import { type Identity, identityOf, identityOfStats, sameIdentity } from './usage-directory.ts'
 
 export interface ArchiveLimits {
   maxEntries: number
@@ -124,8 +126,14 @@ export async function stageArchive (body: Readable, stagingDir: string, limits: 
     await withQuotaLock(workspaceDir, async () => {
       ensureStillThere(workspaceDir, seen)
       await quota.ensureRoom(staged.bytes - await bytesReplacedBy(staging, workspaceDir))
+      // Each entry goes into the workspace directory seen, opened and checked: never into one made again at its path.
+      const checkRoot = (root: Stats): void => { if (!sameIdentity(identityOfStats(root), seen)) throw deletedDuringUpload() }
       try {
-        await moveStaged(staging, workspaceDir, report)
+        await moveStaged(staging, workspaceDir, report, checkRoot)
+      } catch (error) {
+        // The workspace deleted under the move (its directory gone from under an entry) is NotFound, not that error.
+        ensureStillThere(workspaceDir, seen)
+        throw error
       } finally {
         // Replaced files and skipped entries make the staged count an estimate: a scan brings the figure to the truth.
         quota.landed(staged.files, staged.bytes)
@@ -142,11 +150,14 @@ export async function stageArchive (body: Readable, stagingDir: string, limits: 
  * NotFound when the workspace an upload moves into was deleted meanwhile (and
  * maybe made again), rather than a report of files written into a workspace
  * that is gone. (Deleted during the move itself, what was moved went with it;
- * made again meanwhile, the rest may land in the new one.)
+ * made again meanwhile, nothing lands in the new one: each entry is placed
+ * through the directory seen.)
  */
 function ensureStillThere (workspaceDir: string, seen: WorkspaceSeen): void {
-  if (!sameIdentity(identityOf(workspaceDir), seen)) throw new ToolError('NotFound', 'the workspace was deleted during the upload')
+  if (!sameIdentity(identityOf(workspaceDir), seen)) throw deletedDuringUpload()
 }
+
+const deletedDuringUpload = (): ToolError => new ToolError('NotFound', 'the workspace was deleted during the upload')
 
 /**
  * Removes the staging directory. After a failure node-tar can still have
@@ -267,41 +278,7 @@ const FILE_TYPES = new Set(['File', 'OldFile', 'ContiguousFile'])
 
 const unpacksTooLarge = (maxBytes: number): ToolError => new ToolError('PayloadTooLarge', `the archive unpacks to more than ${maxBytes} bytes`)
 
-/** A pass-through that fails with `tooLarge()` once more than `maxBytes` have gone through it. */
-function countedBytes (maxBytes: number, tooLarge: () => ToolError): Transform {
-  let total = 0
-  return new Transform({
-    transform (chunk: Buffer, _encoding, callback) {
-      total += chunk.length
-      callback(total > maxBytes ? tooLarge() : null, chunk)
-    },
-  })
-}
-
-/**
- * Refuses a tar stream that is compressed again: node-tar would inflate an
- * inner gzip or zstd layer itself, uncounted and in one synchronous step per chunk.
- */
-function compressedOnce (): Transform {
-  let head: Buffer | undefined = Buffer.alloc(0)
-  return new Transform({
-    transform (chunk: Buffer, _encoding, callback) {
-      if (head === undefined) return callback(null, chunk)
-      head = Buffer.concat([head, chunk])
-      if (head.length < MAGIC_BYTES) return callback()
-      const first = head
-      head = undefined
-      callback(isCompressed(first) ? new ToolError('BadRequest', 'the archive is compressed more than once; send a tar compressed once with gzip') : null, first)
-    },
-    flush (callback) { callback(null, head) },
-  })
-}
-
-const MAGIC_BYTES = 4
 const TAR_BLOCK_BYTES = 512
-const GZIP_MAGIC = Buffer.from([0x1f, 0x8b])
-const ZSTD_MAGIC = Buffer.from([0x28, 0xb5, 0x2f, 0xfd])
-const isCompressed = (head: Buffer): boolean => head.subarray(0, 2).equals(GZIP_MAGIC) || head.subarray(0, 4).equals(ZSTD_MAGIC)
 
 /** A reading failure as the client's problem, without the server's paths. */
 function unreadable (error: NodeJS.ErrnoException, staging: string): ToolError {

@@ -21,14 +21,14 @@ import { removeTree } from './remove-tree.ts'
  * it. Once all are in, each link placed is checked again: one placed later
  * can change where an earlier one leads (`c → z/e/../..` before `z → .`).
  */
-export async function moveInto (fromDir: string, workspaceDir: string, report: ExtractReport): Promise<void> {
+export async function moveInto (fromDir: string, workspaceDir: string, report: ExtractReport, checkRoot: (root: Stats) => void): Promise<void> {
   const placedLinks: Array<{ at: string, rel: string }> = []
-  await moveTree(fromDir, workspaceDir, '', report, placedLinks)
+  await moveTree(fromDir, workspaceDir, '', report, placedLinks, checkRoot)
   for (const { at, rel } of placedLinks) {
     const target = await readlink(at).catch(() => null)
     if (target === null || await linkStaysInside(at, target, workspaceDir)) continue
     const { relativeDir, name } = splitInWorkspace(workspaceDir, at)
-    const dir = await openContainedDirectory(workspaceDir, relativeDir, rel)
+    const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { checkRoot })
     try {
       await rm(dir.at(name), { force: true })
     } finally {
@@ -39,7 +39,7 @@ export async function moveInto (fromDir: string, workspaceDir: string, report: E
   }
 }
 
-async function moveTree (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport, placedLinks: Array<{ at: string, rel: string }>): Promise<void> {
+async function moveTree (fromDir: string, workspaceDir: string, relative: string, report: ExtractReport, placedLinks: Array<{ at: string, rel: string }>, checkRoot: (root: Stats) => void): Promise<void> {
   for (const name of await readdir(path.join(fromDir, relative))) {
     const rel = relative === '' ? name : `${relative}/${name}`
     const source = path.join(fromDir, rel)
@@ -62,9 +62,9 @@ async function moveTree (fromDir: string, workspaceDir: string, relative: string
       skip(report, rel, 'symlink leaving the workspace from where an existing link puts it')
       continue
     }
-    await place(source, info, workspaceDir, target, rel, report)
+    await place(source, info, workspaceDir, target, rel, report, checkRoot)
     if (info.isSymbolicLink()) placedLinks.push({ at: target, rel })
-    if (info.isDirectory()) await moveTree(fromDir, workspaceDir, rel, report, placedLinks)
+    if (info.isDirectory()) await moveTree(fromDir, workspaceDir, rel, report, placedLinks, checkRoot)
   }
 }
 
@@ -111,10 +111,14 @@ async function placeOf (workspaceDir: string, relative: string, name: string, in
   return followed !== literal && (await stat(followed).catch(() => null))?.isDirectory() === true ? followed : literal
 }
 
-/** Puts the staged entry `source` at `target` in the workspace, replacing what is there. */
-async function place (source: string, info: Stats, workspaceDir: string, target: string, rel: string, report: ExtractReport): Promise<void> {
+/**
+ * Puts the staged entry `source` at `target` in the workspace, replacing
+ * what is there: a file renamed over a file or link there, so that a reader
+ * sees the old file or the new one, never none.
+ */
+async function place (source: string, info: Stats, workspaceDir: string, target: string, rel: string, report: ExtractReport, checkRoot: (root: Stats) => void): Promise<void> {
   const { relativeDir, name: base } = splitInWorkspace(workspaceDir, target)
-  const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true })
+  const dir = await openContainedDirectory(workspaceDir, relativeDir, rel, { create: true, checkRoot })
   try {
     const existing = await lstat(dir.at(base)).catch(() => null)
     if (info.isDirectory()) {
@@ -122,7 +126,7 @@ async function place (source: string, info: Stats, workspaceDir: string, target:
       if (!existing?.isDirectory()) await mkdir(dir.at(base))
       report.directories++
     } else {
-      if (existing) await removeTree(dir.at(base))
+      if (existing && (existing.isDirectory() || info.isSymbolicLink())) await removeTree(dir.at(base))
       if (info.isSymbolicLink()) await symlink(await readlink(source), dir.at(base))
       else await rename(source, dir.at(base))
       if (info.isSymbolicLink()) report.symlinks++

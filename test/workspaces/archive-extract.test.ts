@@ -49,6 +49,27 @@ describe('stageArchive', () => {
     await staged.discard()
   })
 
+  it('places nothing into a workspace deleted and made again as the move begins, and answers NotFound, also when it is only deleted', async () => {
+    for (const madeAgain of [true, false]) {
+      const root = await tempDir('toolport-extract-')
+      const workspace = path.join(root, 'ws')
+      await mkdir(workspace)
+      const seen = workspaceSeen(workspace)
+      const staged = await stageArchive(Readable.from([tarOf([{ name: 'a.txt', content: 'a' }, { name: 'd/b.txt', content: 'b' }])]), path.join(root, 'staging'), LIMITS)
+      // The deletion (and a creation under the id) lands after the move's first look, before its first entry.
+      const quota = {
+        ...workspaceQuota(workspace, 1024 * 1024),
+        ensureRoom: async () => {
+          await rename(workspace, path.join(root, 'trashed'))
+          if (madeAgain) await mkdir(workspace)
+        }
+      }
+      await expect(staged.moveInto(workspace, quota, seen)).rejects.toMatchObject({ code: 'NotFound', message: 'the workspace was deleted during the upload' })
+      if (madeAgain) expect(await readdir(workspace)).toEqual([])
+      await staged.discard()
+    }
+  })
+
   it('moves nothing into a workspace deleted and made again while it was read, even one that got the same inode back', async () => {
     const root = await tempDir('toolport-extract-')
     const workspace = path.join(root, 'ws')
