@@ -267,13 +267,18 @@ const DELETION_SYMPTOMS = new Set(['ExecutionFailed', 'InvalidPath', 'FileNotFou
  * its lookup) and that failed for it (a command that could not start there,
  * a file gone from under it), is NotFound, as a call after the deletion is:
  * not the 500 or the containment error the tool met. What it met stays its
- * cause (logged when it is no ToolError). A directory that could not be
- * looked at is never taken for deleted.
+ * cause (logged when it is no ToolError).
  */
 export async function asDeletedWorkspace (error: unknown, lease: WorkspaceLease, found: Identity | undefined): Promise<unknown> {
   if (lease.id === null || (error instanceof ToolError && !DELETION_SYMPTOMS.has(error.code))) return error
-  if (found === undefined ? await directoryExists(lease.dir).catch(() => true) : sameIdentity(await identityAt(lease.dir), found)) return error
-  return new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error })
+  let deleted: boolean
+  if (found === undefined) {
+    // Not looked at: deleted only when the directory is missing, not when it could not be looked at.
+    deleted = !await directoryExists(lease.dir).catch(() => true)
+  } else {
+    deleted = !sameIdentity(await identityAt(lease.dir), found)
+  }
+  return deleted ? new ToolError('NotFound', `workspace ${JSON.stringify(lease.id)} was deleted during the call`, { cause: error }) : error
 }
 
 function recordOutcome ({ metrics, callLog }: ExecutionServices, requestId: string, outcome: Outcome, metricName: string, workspace: string | null, left: boolean): void {

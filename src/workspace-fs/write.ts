@@ -55,13 +55,6 @@ export function ensureWritableText (text: string, userPath: string): void {
 }
 
 /**
- * Writes a file atomically and race-free (the caller holds its `withFileLock`): a temporary file in the (walked,
- * descriptor-held) directory, then a rename within it. A failure leaves the
- * old content; readers never see half a file; an existing symlink at the
- * target is replaced, never followed. With `createParents`, missing
- * directories are made on the way.
- */
-/**
  * The file an edit read was replaced or changed before the edit's text went in (an archive upload, a
  * write by another instance, a command): nothing was written, and the edit is made again on what is there.
  */
@@ -78,6 +71,13 @@ interface WriteOptions {
   unchangedSince?: Stats
 }
 
+/**
+ * Writes a file atomically and race-free (the caller holds its `withFileLock`): a temporary file in the (walked,
+ * descriptor-held) directory, then a rename within it. A failure leaves the
+ * old content; readers never see half a file; an existing symlink at the
+ * target is replaced, never followed. With `createParents`, missing
+ * directories are made on the way.
+ */
 export async function writeContained (workspaceDir: string, absolute: string, userPath: string, content: string | Buffer, options: WriteOptions = {}): Promise<void> {
   if (typeof content === 'string') ensureWritableText(content, userPath)
   const { quota } = options
@@ -92,8 +92,8 @@ export async function writeContained (workspaceDir: string, absolute: string, us
 }
 
 /** The same file, not changed since `before` was taken: a file renamed over it is another inode, a write changes its times. */
-function sameFile (now: Stats | null, before: Stats): boolean {
-  return now !== null && now.ino === before.ino && now.dev === before.dev && now.size === before.size && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs
+function sameFile (now: Stats, before: Stats): boolean {
+  return now.ino === before.ino && now.dev === before.dev && now.size === before.size && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs
 }
 
 /** A regular file a write replaces, as measured in the walked directory (null: none, or not a regular file). */
@@ -144,7 +144,8 @@ async function writeInPlace (workspaceDir: string, absolute: string, userPath: s
       await file.close()
     }
     // Last look: this instance's writes of the file wait for the edit, but an upload, another instance or a command need not.
-    if (options.unchangedSince && !sameFile(await lstat(dir.at(name)).catch(() => null), options.unchangedSince)) throw new FileChanged(userPath)
+    // Gone meanwhile: FileNotFound (thrown by lstat), as an edit after the deletion would answer.
+    if (options.unchangedSince && !sameFile(await lstat(dir.at(name)), options.unchangedSince)) throw new FileChanged(userPath)
     await rename(dir.at(temp), dir.at(name))
     hooks?.after(replaced)
   } catch (error) {

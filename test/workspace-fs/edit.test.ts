@@ -5,8 +5,8 @@
  * the edit is made again on the file as it is now, or refused with nothing
  * written when the file keeps changing.
  */
-import { appendFileSync, renameSync, writeFileSync } from 'node:fs'
-import { readFile, realpath, writeFile } from 'node:fs/promises'
+import { appendFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs'
+import { readdir, readFile, realpath, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { editFile } from '../../src/workspace-fs/edit.ts'
@@ -45,6 +45,23 @@ describe('editFile', () => {
       return appendMark(text)
     })
     expect(await readFile(file, 'utf8')).toBe('one\ntwo\ne|')
+  })
+
+  it('answers FileNotFound, writing nothing, for a file deleted after it was read, on its last try too', async () => {
+    const { dir, file } = await workspaceWith('doomed\n')
+    let tries = 0
+    const editing = editFile(dir, 'f.txt', undefined, (text) => {
+      // Changed under four tries, then deleted under the fifth: gone, not "kept changing".
+      if (++tries < 5) {
+        writeFileSync(`${file}.new`, `change ${tries}\n`)
+        renameSync(`${file}.new`, file)
+      } else {
+        unlinkSync(file)
+      }
+      return appendMark(text)
+    })
+    await expect(editing).rejects.toMatchObject({ code: 'FileNotFound' })
+    expect(await readdir(dir)).toEqual([])
   })
 
   it('writes nothing, and says so, when the file changes under every try', async () => {
