@@ -151,7 +151,18 @@ export function isFailure (thrown: unknown): boolean {
  */
 export function asToolError (error: unknown): ToolError {
   if (error instanceof ToolError) return error
-  return new ToolError('ExecutionFailed', 'internal error while running the tool', { cause: error })
+  return descriptorShortage(error) ?? new ToolError('ExecutionFailed', 'internal error while running the tool', { cause: error })
+}
+
+/**
+ * A failure for want of a file descriptor (this process's, EMFILE, or the
+ * system's, ENFILE): no fault of the request, and gone once others close,
+ * so 503 with Retry-After, as a full queue answers.
+ */
+export function descriptorShortage (error: unknown): ToolError | undefined {
+  const code = (error as { code?: unknown } | null)?.code
+  if (code !== 'EMFILE' && code !== 'ENFILE') return undefined
+  return new ToolError('Overloaded', 'the service has no file descriptor free just now; retry shortly', { retryAfterSeconds: 1, cause: error })
 }
 
 /**

@@ -211,7 +211,7 @@ export class WorkspaceLayout {
   async unexpiredCount (tenant: string, names: Set<string>, now: number): Promise<number> {
     let count = 0
     for (const name of names) {
-      const meta = await readMeta(path.join(this.#metaDir(tenant), name))
+      const meta = await readMeta(path.join(this.#metaDir(tenant), name)).catch(() => null)
       if (meta === null || meta.expiresAt > now) count++
     }
     return count
@@ -236,7 +236,7 @@ export class WorkspaceLayout {
       for (const file of await readdir(metaDir).catch(() => [] as string[])) {
         if (!file.endsWith('.json')) continue
         if (known(path.join(tenantsDir, tenantName, 'ws', file.slice(0, -'.json'.length)))) continue
-        const meta = await readMeta(path.join(metaDir, file))
+        const meta = await readMeta(path.join(metaDir, file)).catch(() => null)
         if (meta) out.push(meta)
       }
     }
@@ -276,7 +276,12 @@ export async function directoryExists (dir: string): Promise<boolean> {
 
 /** The record in a metadata file, or null when there is none (or it cannot be read, or is no record). */
 async function readMeta (file: string): Promise<WorkspaceMeta | null> {
-  const text = await readFile(file, 'utf8').catch(() => null)
+  // Only a sure absence is none: a read that failed otherwise (no descriptor free, EIO) is no answer,
+  // and taken for one it would call an existing workspace gone (404) and let another take its id.
+  const text = await readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT' || error.code === 'ENOTDIR' || error.code === 'EISDIR') return null
+    throw error
+  })
   if (text === null) return null
   try {
     const meta = JSON.parse(text) as WorkspaceMeta
