@@ -39,16 +39,17 @@ export async function editFile<T> (workspaceDir: string, userPath: string, quota
   return withFileLock(absolute, async () => {
     for (let attempt = 1; ; attempt++) {
       const { handle, stat } = await openContained(workspaceDir, absolute, userPath)
-      let text: string
+      let bytes: Buffer
       try {
         if (stat.size > MAX_EDIT_BYTES) throw new ToolError('InvalidArgs', `${userPath} is larger than ${MAX_EDIT_BYTES} bytes; edit it with exec_shell instead`)
-        text = utf8Text(await readPrefix(handle, stat.size), userPath)
+        bytes = await readPrefix(handle, stat.size)
       } finally {
         await handle.close()
       }
-      const edited = edit(text)
+      const read = { stats: stat, bytes, readAt: Date.now() }
+      const edited = edit(utf8Text(bytes, userPath))
       try {
-        await writeContained(workspaceDir, absolute, userPath, edited.text, { quota, unchangedSince: stat })
+        await writeContained(workspaceDir, absolute, userPath, edited.text, { quota, unchangedSince: read })
         return edited.result
       } catch (error) {
         // Changed since it was read: the edit is made again on what is there now, as if it came after.

@@ -13,8 +13,9 @@ import { lstat, open, rename, rm } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 import { fsError, shownPath } from './errors.ts'
 import { runExclusively } from './keyed-mutex.ts'
-import { openContainedDirectory, splitInWorkspace } from './open.ts'
+import { openContainedDirectory, READ_FLAGS, splitInWorkspace } from './open.ts'
 import { refuseDirectoryName, resolveInWorkspace } from './paths.ts'
+import { readPrefix } from './read.ts'
 
 /** What a write asks before it grows the workspace (its byte quota), and tells once it landed (its usage). */
 export interface RoomCheck {
@@ -68,8 +69,25 @@ interface WriteOptions {
   createParents?: boolean
   quota?: RoomCheck | undefined
   /** The file as an edit read it: the write goes in only over that same file, unchanged (FileChanged). */
-  unchangedSince?: Stats
+  unchangedSince?: ReadVersion
 }
+
+/** A file as an edit read it: its stat, its bytes, and when (Date.now()) they were read. */
+export interface ReadVersion {
+  stats: Stats
+  bytes: Buffer
+  readAt: number
+}
+
+/**
+ * How close to its read a file's last change may be for its times not to
+ * tell a later change apart (git's "racy" files): file systems stamp times
+ * by the tick of a coarse clock (milliseconds on ext4 before Linux 6.13, a
+ * second on ext2/ext3, two on FAT), so a rewrite of the same size within the
+ * same tick leaves inode, size and times as they were. Such a file's bytes
+ * are compared too.
+ */
+const RACY_MS = 2000
 
 /**
  * Writes a file atomically and race-free (the caller holds its `withFileLock`): a temporary file in the (walked,
@@ -91,9 +109,22 @@ export async function writeContained (workspaceDir: string, absolute: string, us
   }))
 }
 
-/** The same file, not changed since `before` was taken: a file renamed over it is another inode, a write changes its times. */
-function sameFile (now: Stats, before: Stats): boolean {
-  return now.ino === before.ino && now.dev === before.dev && now.size === before.size && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs
+/**
+ * Whether the file at `at` is still the one read: a file renamed over it is
+ * another inode, a write changes its size or times; and where the times
+ * cannot tell (RACY_MS), its bytes are the ones read.
+ */
+async function unchanged (at: string, read: ReadVersion): Promise<boolean> {
+  const now = await lstat(at)
+  const before = read.stats
+  if (now.ino !== before.ino || now.dev !== before.dev || now.size !== before.size || now.mtimeMs !== before.mtimeMs || now.ctimeMs !== before.ctimeMs) return false
+  if (before.mtimeMs < read.readAt - RACY_MS) return true
+  const handle = await open(at, READ_FLAGS)
+  try {
+    return (await readPrefix(handle, read.bytes.length + 1)).equals(read.bytes)
+  } finally {
+    await handle.close()
+  }
 }
 
 /** A regular file a write replaces, as measured in the walked directory (null: none, or not a regular file). */
@@ -145,7 +176,7 @@ async function writeInPlace (workspaceDir: string, absolute: string, userPath: s
     }
     // Last look: this instance's writes of the file wait for the edit, but an upload, another instance or a command need not.
     // Gone meanwhile: FileNotFound (thrown by lstat), as an edit after the deletion would answer.
-    if (options.unchangedSince && !sameFile(await lstat(dir.at(name)), options.unchangedSince)) throw new FileChanged(userPath)
+    if (options.unchangedSince && !await unchanged(dir.at(name), options.unchangedSince)) throw new FileChanged(userPath)
     await rename(dir.at(temp), dir.at(name))
     hooks?.after(replaced)
   } catch (error) {
