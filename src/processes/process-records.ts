@@ -8,10 +8,11 @@
  * stands for a `lost` one.
  */
 import { randomUUID } from 'node:crypto'
-import { access, mkdir, readdir, readFile, rename, rm, rmdir, stat, utimes, writeFile } from 'node:fs/promises'
+import { access, mkdir, rename, rm, rmdir, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { WorkspaceLayout } from '../workspaces/meta.ts'
+import { listIfPresent, readTextIfPresent } from '../workspaces/read-if-present.ts'
 
 export interface ProcessRecord {
   id: string
@@ -104,21 +105,21 @@ export class ProcessRecords {
 
   /** The records of the workspace's processes that run on some instance that has an address, as their markers say. */
   async running (tenant: string, workspace: string): Promise<ProcessRecord[]> {
-    const ids = await readdir(path.join(this.#dir(tenant, workspace), RUNNING)).catch(() => [] as string[])
+    const ids = await listIfPresent(path.join(this.#dir(tenant, workspace), RUNNING))
     const records = await Promise.all(ids.map((id) => this.read(tenant, workspace, id)))
     return records.filter((record): record is ProcessRecord => record !== null && record.ended_at === null)
   }
 
-  /** The record of process `id`, or null when there is none (or `id` is not a process id). */
+  /** The record of process `id`, or null when there is none (or `id` is not a process id); a read that failed otherwise is thrown. */
   async read (tenant: string, workspace: string, id: string): Promise<ProcessRecord | null> {
     if (!isProcessId(id)) return null
-    return parseRecord(await readFile(path.join(this.#dir(tenant, workspace), `${id}.json`), 'utf8').catch(() => null))
+    return parseRecord(await readTextIfPresent(path.join(this.#dir(tenant, workspace), `${id}.json`)))
   }
 
   /** Every readable record of the workspace. */
   async list (tenant: string, workspace: string): Promise<ProcessRecord[]> {
     const dir = this.#dir(tenant, workspace)
-    const names = await readdir(dir).catch(() => [] as string[])
+    const names = await listIfPresent(dir)
     const ids = names.filter((name) => name.endsWith('.json')).map((name) => name.slice(0, -'.json'.length))
     const records = await Promise.all(ids.map((id) => this.read(tenant, workspace, id)))
     return records.filter((record) => record !== null)

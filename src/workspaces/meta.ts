@@ -12,10 +12,11 @@
  * creating the same id cannot both win; renewals replace it atomically.
  */
 import { randomUUID } from 'node:crypto'
-import { access, chmod, link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { access, chmod, link, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
+import { readTextIfPresent } from './read-if-present.ts'
 
 export interface WorkspaceMeta {
   tenant: string
@@ -276,12 +277,7 @@ export async function directoryExists (dir: string): Promise<boolean> {
 
 /** The record in a metadata file, or null when there is none (or it cannot be read, or is no record). */
 async function readMeta (file: string): Promise<WorkspaceMeta | null> {
-  // Only a sure absence is none: a read that failed otherwise (no descriptor free, EIO) is no answer,
-  // and taken for one it would call an existing workspace gone (404) and let another take its id.
-  const text = await readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
-    if (error.code === 'ENOENT' || error.code === 'ENOTDIR' || error.code === 'EISDIR') return null
-    throw error
-  })
+  const text = await readTextIfPresent(file)
   if (text === null) return null
   try {
     const meta = JSON.parse(text) as WorkspaceMeta

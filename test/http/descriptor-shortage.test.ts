@@ -10,11 +10,11 @@ import { asToolError } from '../../src/errors.ts'
 import { buildTestApp, tempDir } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
 
-const starved = vi.hoisted(() => ({ on: false }))
+const starved = vi.hoisted(() => ({ on: false, suffix: '/meta/starved.json' }))
 vi.mock('node:fs/promises', async (importOriginal) => {
   const original = await importOriginal<typeof import('node:fs/promises')>()
   const readFile = (async (file: unknown, ...rest: unknown[]) => {
-    if (starved.on && String(file).endsWith('/meta/starved.json')) throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' })
+    if (starved.on && String(file).endsWith(starved.suffix)) throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' })
     return (original.readFile as (...args: unknown[]) => Promise<unknown>)(file, ...rest)
   }) as typeof original.readFile
   return { ...original, default: { ...original, readFile }, readFile }
@@ -33,6 +33,23 @@ describe('no file descriptor free', () => {
     expect(answer.headers['retry-after']).toBe('1')
     starved.on = false
     expect((await other.inject({ method: 'GET', url: '/v1/workspaces/starved' })).statusCode).toBe(200)
+  })
+
+  it('answers 503 for a process whose record cannot be read just now, not "no process"', async () => {
+    const root = await tempDir('toolport-ws-')
+    const owner = await buildTestApp({ workspaces: { root }, tools: { builtin: ['*'] } })
+    expect((await owner.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'busy' } })).statusCode).toBe(201)
+    const started = await owner.inject({ method: 'POST', url: '/v1/workspaces/busy/processes', payload: { command: 'sleep 30' } })
+    expect(started.statusCode).toBe(201)
+    const id = String(started.json()['id'])
+    const other = await buildTestApp({ workspaces: { root }, tools: { builtin: ['*'] } })
+    Object.assign(starved, { on: true, suffix: `/processes/busy/${id}.json` })
+    try {
+      const answer = await other.inject({ method: 'GET', url: `/v1/workspaces/busy/processes/${id}` })
+      expectProblem({ status: answer.statusCode, body: answer.json(), headers: answer.headers }, 503, 'Overloaded')
+    } finally {
+      Object.assign(starved, { on: false, suffix: '/meta/starved.json' })
+    }
   })
 
   it('maps EMFILE and ENFILE to Overloaded with Retry-After, other errors to ExecutionFailed', () => {
