@@ -38,6 +38,8 @@ export async function startServer (config: Record<string, unknown> | null, env: 
   if (fullConfig) await writeFile(file, JSON.stringify(fullConfig))
   let output = ''
   const child = spawn(process.execPath, [SERVER_ENTRY], {
+    // Its own directory, not the checkout: what a server writes beside it (V8's isolate log when profiled) lands there.
+    cwd: dir,
     env: { PATH: process.env['PATH'] ?? '', HOST: '127.0.0.1', PORT: String(port), ...(fullConfig ? { TOOLPORT_CONFIG: file } : {}), ...env },
     stdio: ['ignore', 'pipe', 'pipe', ...Array.from({ length: Math.max(2, ...Object.keys(inherit).map(Number)) - 2 }, (_, i) => inherit[i + 3] ?? 'ignore')],
   })
