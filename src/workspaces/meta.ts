@@ -16,7 +16,7 @@ import { access, chmod, link, mkdir, readdir, rename, rm, stat, writeFile } from
 import path from 'node:path'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
-import { readTextIfPresent } from './read-if-present.ts'
+import { absentOrThrow, readTextIfPresent } from './read-if-present.ts'
 
 export interface WorkspaceMeta {
   tenant: string
@@ -265,17 +265,10 @@ export async function makePrivateDirectory (dir: string): Promise<unknown> {
 
 /** Whether `dir` is there; a failure to tell (EIO, ESTALE on a network volume) is thrown, never taken for gone (that removes the workspace). */
 export async function directoryExists (dir: string): Promise<boolean> {
-  try {
-    await stat(dir)
-    return true
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    if (code === 'ENOENT' || code === 'ENOTDIR') return false
-    throw error
-  }
+  return stat(dir).then(() => true, absentOrThrow(false))
 }
 
-/** The record in a metadata file, or null when there is none (or it cannot be read, or is no record). */
+/** The record in a metadata file, or null when there is none (or it holds no record); a read that failed otherwise is thrown. */
 async function readMeta (file: string): Promise<WorkspaceMeta | null> {
   const text = await readTextIfPresent(file)
   if (text === null) return null

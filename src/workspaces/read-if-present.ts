@@ -9,7 +9,8 @@ import { readdir, readFile } from 'node:fs/promises'
 
 const ABSENT = new Set(['ENOENT', 'ENOTDIR', 'EISDIR'])
 
-function absentOrThrow<T> (none: T): (error: NodeJS.ErrnoException) => T {
+/** A rejection handler: `none` for a sure absence, the error thrown again otherwise. */
+export function absentOrThrow<T> (none: T): (error: NodeJS.ErrnoException) => T {
   return (error) => {
     if (error.code !== undefined && ABSENT.has(error.code)) return none
     throw error
