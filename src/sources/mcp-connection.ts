@@ -39,8 +39,8 @@ const SETSID = ['/usr/bin/setsid', '/bin/setsid'].find((candidate) => {
 /** The SDK's stdio transport, remembering the server it started (its pid is gone with its process). */
 class StdioServerTransport extends StdioClientTransport {
   server: FoundProcess | undefined
-  /** The last line the server wrote to stderr: why it would not start, as a rule (setsid's own complaint included). */
-  lastStderr = ''
+  /** The end of what the server wrote to stderr; a line may come in several chunks. */
+  stderrTail = ''
   #groupEnded: Promise<void> | undefined
 
   override async start (): Promise<void> {
@@ -101,7 +101,8 @@ export class McpConnector {
       try {
         return await this.#attach(transport, signal, events)
       } catch (error) {
-        throw transport.lastStderr === '' ? error : new Error(`${shortMessage(error)} (its stderr: ${transport.lastStderr})`)
+        const said = lastLine(transport.stderrTail)
+        throw said === '' ? error : new Error(`${shortMessage(error)} (its stderr: ${said})`)
       }
     }
     const endpoint = new URL(url)
@@ -136,8 +137,7 @@ export class McpConnector {
     transport.stderr?.on('data', (chunk: Buffer) => {
       const text = chunk.toString('utf8').trimEnd()
       this.#options.log.debug({ stderr: clipText(text, 2000) }, 'MCP server stderr')
-      const last = text.slice(text.lastIndexOf('\n') + 1).trim()
-      if (last !== '') transport.lastStderr = clipText(last, 300)
+      transport.stderrTail = (transport.stderrTail + chunk.toString('utf8')).slice(-2000)
     })
     return transport
   }
@@ -204,4 +204,10 @@ async function within<T> (promise: Promise<T>, ms: number): Promise<T | undefine
   } finally {
     clearTimeout(timer)
   }
+}
+
+/** The last line with something on it: why a server would not start, as a rule (setsid's own complaint included). */
+function lastLine (text: string): string {
+  const lines = text.split('\n').map((line) => line.trim()).filter((line) => line !== '')
+  return clipText(lines.at(-1) ?? '', 300)
 }

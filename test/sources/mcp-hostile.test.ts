@@ -195,6 +195,18 @@ describe('a stdio server that exits by itself', () => {
     expect(source.state).toBe('down')
     expect(source.lastError).toMatch(/its stderr: .*\/nonexistent\/mcp-server: No such file or directory/)
   })
+
+  it('that cannot start is down with its whole last line, also when it came in pieces', async () => {
+    const { log } = capturingLogger()
+    const script = "process.stderr.write('first line\\nwhy it failed'); setTimeout(() => { process.stderr.write(': the rest of it\\n\\n'); setTimeout(() => process.exit(1), 100) }, 100)"
+    const config = parseConfig({ tools: { mcp_servers: { broken: { command: process.execPath, args: ['-e', script] } } } }).tools.mcp_servers['broken']
+    if (!config) throw new Error('no config')
+    const source = new McpClientSource({ name: 'broken', config, log, onChange: () => {} })
+    onCleanup(() => source.close())
+    await source.start()
+    expect(source.state).toBe('down')
+    expect(source.lastError).toMatch(/\(its stderr: why it failed: the rest of it\)$/)
+  })
 })
 
 describe('the bound on an event stream', () => {
