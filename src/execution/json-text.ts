@@ -77,10 +77,32 @@ export function parseJsonText (text: string): unknown {
     }
     throw new JsonTextError(`is not valid JSON: ${message.split('\n')[0] ?? ''}`, false)
   }
+  // Only an escape can make a lone surrogate (UTF-8 text decodes to none): its strings are looked at only then.
+  if (/\\u[dD][89a-fA-F]/.test(text) && !wellFormed(value)) {
+    throw new JsonTextError('holds a string that is not well-formed Unicode (an unpaired surrogate such as \\ud800), which has no UTF-8 form', true)
+  }
   const refusal = refusalOf(value, MAX_JSON_DEPTH, true)
   if (refusal === 'depth') throw new JsonTextError(`is nested more than ${MAX_JSON_DEPTH} levels deep`, true)
   if (refusal === 'number') throw new JsonTextError('holds a number too large for a 64-bit float (such as 1e400)', true)
   return value
+}
+
+/** Whether every string in `value`, keys included, is well-formed Unicode (looked at without recursion). */
+function wellFormed (value: unknown): boolean {
+  const stack: unknown[] = [value]
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    if (typeof next === 'string' && !next.isWellFormed()) return false
+    if (next === null || typeof next !== 'object') continue
+    if (Array.isArray(next)) {
+      for (const item of next) stack.push(item)
+    } else {
+      for (const [key, member] of Object.entries(next)) {
+        if (!key.isWellFormed()) return false
+        stack.push(member)
+      }
+    }
+  }
+  return true
 }
 
 /**

@@ -168,6 +168,23 @@ describe('request bodies', () => {
     expect((await app.inject({ method: 'DELETE', url: '/v1/workspaces/encoded', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: '' })).statusCode).toBe(204)
   })
 
+  it('refuses bytes that are not UTF-8, never reading them as U+FFFD (other bytes, and one fingerprint for two bodies)', async () => {
+    const app = await buildTestApp()
+    const url = '/v1/tools/write_file/execute'
+    for (const [label, bytes] of [['a stray byte', '\xff'], ['an overlong "/"', '\xc0\xaf'], ['an encoded surrogate', '\xed\xa0\x80'], ['Latin-1 é', '\xe9']] as const) {
+      const payload = Buffer.concat([Buffer.from('{"workspace":"bytes","arguments":{"path":"f.txt","content":"a'), Buffer.from(bytes, 'latin1'), Buffer.from('"}}')])
+      const response = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json; charset=ISO-8859-1', 'idempotency-key': 'one-key' }, payload })
+      expect(response.statusCode, label).toBe(400)
+      expect(response.json(), label).toMatchObject({ code: 'BadRequest', detail: 'the body is not UTF-8 text: send JSON in UTF-8' })
+    }
+    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/bytes' })).statusCode).toBe(404)
+    // UTF-8 text, multi-byte characters and all, is taken.
+    const text = await app.inject({ method: 'POST', url, headers: { 'content-type': 'application/json' }, payload: Buffer.from('{"workspace":"bytes","arguments":{"path":"f.txt","content":"é😀"}}') })
+    expect(text.statusCode).toBe(200)
+    const read = await app.inject({ method: 'POST', url: '/v1/tools/read_file/execute', payload: { workspace: 'bytes', arguments: { path: 'f.txt' } } })
+    expect(read.json().result).toMatchObject({ content: 'é😀' })
+  })
+
   it('takes an empty JSON body of a bodiless request as no body (a DELETE as the Python MCP SDK sends it)', async () => {
     const app = await buildTestApp()
     expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'emptied' } })).statusCode).toBe(201)

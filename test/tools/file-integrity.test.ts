@@ -55,7 +55,7 @@ describe('names of up to 255 bytes in multi-byte characters', () => {
 })
 
 describe('text with a lone surrogate (half of a UTF-16 pair, which JSON can carry)', () => {
-  it('is refused by every writing tool, the file left as it was, never written as U+FFFD', async () => {
+  it('is refused in every writing tool\'s arguments, sent as an object or as a string, the file left as it was', async () => {
     const app = await buildTestApp(ALL)
     const dir = await workspaceDir(app, 'halves')
     await writeFile(path.join(dir, 'f.txt'), 'kept')
@@ -63,12 +63,15 @@ describe('text with a lone surrogate (half of a UTF-16 pair, which JSON can carr
       ['write_file', { path: 'f.txt', content: 'a\ud800b' }],
       ['write', { file_path: 'f.txt', content: '\udc00' }],
       ['edit_file', { path: 'f.txt', old_text: 'kept', new_text: 'x\ud83d' }],
-      ['edit', { file_path: 'f.txt', old_string: 'kept', new_string: '\ude00y' }],
+      // Half of a character never matches half of one in a file (UTF-8 holds no halves).
+      ['edit', { file_path: 'f.txt', old_string: '\ud83d', new_string: '\ud83e' }],
       ['memory_write', { content: 'note \ud800' }],
-      ['memory_write', { content: 'note \ud800', mode: 'overwrite' }],
+      ['exec_shell', { command: 'printf \'\ud800\' > f.txt' }],
     ] as const) {
-      const problem = expectProblem(await exec(app, tool, args, { workspace: 'halves' }), 400, 'InvalidArgs', tool)
-      expect(problem['detail']).toMatch(/lone surrogate/)
+      const problem = expectProblem(await exec(app, tool, args, { workspace: 'halves' }), 400, 'BadRequest')
+      expect(problem['detail']).toMatch(/not well-formed Unicode \(an unpaired surrogate/)
+      const asString = await app.inject({ method: 'POST', url: `/v1/tools/${tool}/execute`, payload: { workspace: 'halves', arguments: JSON.stringify(args) } })
+      expect(expectProblem({ status: asString.statusCode, body: asString.json(), headers: asString.headers }, 400, 'InvalidArgs', tool)['detail']).toMatch(/^arguments holds a string that is not well-formed Unicode/)
     }
     expect(await readFile(path.join(dir, 'f.txt'), 'utf8')).toBe('kept')
     expect(await readdir(dir)).toEqual(['f.txt'])

@@ -5,8 +5,11 @@
  * body, not an error. Keys that would poison a prototype (`__proto__`,
  * `constructor.prototype`) are refused with a message that names them.
  * Bodies are read as sent, in UTF-8 (as JSON must be): a compressed one or
- * one labelled UTF-16 or UTF-32 is refused as such, not as "not valid JSON".
+ * one labelled UTF-16 or UTF-32 is refused as such, not as "not valid JSON",
+ * and bytes that are not UTF-8 are refused, never read as U+FFFD (which
+ * would write other bytes than were sent, and make two bodies one).
  */
+import { isUtf8 } from 'node:buffer'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ToolError } from '../../errors.ts'
 import { JsonTextError, parseJsonText } from '../../execution/json-text.ts'
@@ -21,11 +24,12 @@ const BODILESS_METHODS = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS'])
  */
 export function installJsonBody (app: FastifyInstance, emptyBody?: () => unknown): void {
   if (app.hasContentTypeParser('application/json')) app.removeContentTypeParser('application/json')
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request: FastifyRequest, body, done) => {
-    const text = String(body)
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request: FastifyRequest, body: Buffer, done) => {
     try {
-      if (text.trim() !== '') {
+      const text = isUtf8(body) ? body.toString('utf8') : undefined
+      if (text === undefined || text.trim() !== '') {
         refuseEncoding(request)
+        if (text === undefined) throw new ToolError('BadRequest', 'the body is not UTF-8 text: send JSON in UTF-8')
         return done(null, parseBody(text))
       }
       if (BODILESS_METHODS.has(request.method)) return done(null, undefined)
