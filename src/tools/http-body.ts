@@ -151,14 +151,16 @@ function charsetOf (contentType: string | string[] | undefined): string | undefi
 /**
  * `data` as text: in the encoding its byte order mark names, else in the
  * charset of `contentType`, else (no charset, or one this runtime does not
- * know) UTF-8.
+ * know) UTF-8. A body cut short (`complete` false) may end inside a
+ * character: that part is left out, not shown as U+FFFD.
  */
-export function textOf (data: Buffer, contentType: string | string[] | undefined): string {
+export function textOf (data: Buffer, contentType: string | string[] | undefined, complete = true): string {
   const bom = BOMS.find(([bytes]) => bytes.every((byte, index) => data[index] === byte))?.[1]
+  const options = { stream: !complete }
   try {
-    return new TextDecoder(bom ?? charsetOf(contentType) ?? 'utf-8').decode(data)
+    return new TextDecoder(bom ?? charsetOf(contentType) ?? 'utf-8').decode(data, options)
   } catch {
     // An unknown label.
-    return data.toString('utf8')
+    return new TextDecoder('utf-8').decode(data, options)
   }
 }

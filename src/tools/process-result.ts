@@ -6,7 +6,7 @@
  */
 import { type Static, type TProperties, Type } from '@sinclair/typebox'
 import type { ToolContext } from '../execution/tool.ts'
-import { fitString, shareRoom } from '../execution/truncate.ts'
+import { fitString, safePrefix, shareRoom } from '../execution/truncate.ts'
 import { ToolError } from '../errors.ts'
 import type { RunResult } from '../sandbox/types.ts'
 
@@ -30,7 +30,7 @@ export function failedRun (run: RunResult, timeoutSeconds: number): ToolError | 
   }
   if (run.cancelled) return new ToolError('ExecutionFailed', 'cancelled')
   // No exit code and no signal: the process never ran (E2BIG, EACCES…).
-  if (run.exitCode === -1 && run.signal === null) return new ToolError('ExecutionFailed', `the command could not start: ${run.stderr.slice(0, 200)}`)
+  if (run.exitCode === -1 && run.signal === null) return new ToolError('ExecutionFailed', `the command could not start: ${safePrefix(run.stderr, 200)}`)
   return undefined
 }
 

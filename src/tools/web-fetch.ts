@@ -9,6 +9,7 @@ import type { Agent } from 'undici'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
+import { safePrefix } from '../execution/truncate.ts'
 import { readDecoded, requestFailure, textOf } from './http-body.ts'
 import { type AddressPolicy, refusalOf, type Resolver, systemResolver, type VettedAddress, vetHost } from './ssrf.ts'
 
@@ -46,7 +47,7 @@ function parseUrl (raw: string, guarded: boolean, redirectedFrom?: URL): URL {
     url = new URL(raw, redirectedFrom)
   } catch {
     if (guarded && ZONED_IPV6.test(raw)) throw new ToolError('PermissionDenied', 'blocked address: an IPv6 address with a zone id is link-local (private networks are not allowed)')
-    const shown = JSON.stringify(raw.slice(0, 200))
+    const shown = JSON.stringify(safePrefix(raw, 200))
     throw new ToolError(fault, redirectedFrom ? `the site redirected to an invalid URL: ${shown}` : `not a valid URL: ${shown}`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
@@ -123,7 +124,7 @@ export function createWebFetchTool (config: Config['tools']['web_fetch'], option
           const { data, complete } = await readDecoded(response.body, encoding, config.max_bytes)
           // A declared length counts encoded bytes; it is the body's size only when nothing was encoded.
           const declared = encoding ? NaN : Number(response.headers['content-length'])
-          const body = textOf(data, contentType) + (complete ? '' : `\n... (body truncated: showing first ${data.length} bytes)`)
+          const body = textOf(data, contentType, complete) + (complete ? '' : `\n... (body truncated: showing first ${data.length} bytes)`)
           return {
             status: response.statusCode,
             content_type: String(contentType ?? ''),

@@ -72,6 +72,19 @@ describe('web_fetch', () => {
     expect(written).toBeLessThan(16 * 1024 * 1024)
   })
 
+  it('cuts a body at max_bytes without showing the character cut in two as U+FFFD', async () => {
+    const server = await startHttpServer((request, response) => {
+      const utf16 = request.url === '/utf16'
+      response.writeHead(200, { 'content-type': `text/plain; charset=${utf16 ? 'utf-16le' : 'utf-8'}` })
+      response.end(utf16 ? Buffer.from('abcde', 'utf16le') : `abc${'😀'.repeat(5)}`)
+    })
+    const app = await buildTestApp({ tools: { web_fetch: { allow_private_networks: true, max_bytes: 9 } } })
+    const utf8 = (await exec(app, 'web_fetch', { url: `${server.base}/utf8` })).body.result as { body: string }
+    expect(utf8.body).toBe('abc😀\n... (body truncated: showing first 9 bytes)')
+    const utf16 = (await exec(app, 'web_fetch', { url: `${server.base}/utf16` })).body.result as { body: string }
+    expect(utf16.body).toBe('abcd\n... (body truncated: showing first 9 bytes)')
+  })
+
   for (const url of ['file:///etc/passwd', 'ftp://127.0.0.1/x', 'javascript:alert(1)', 'data:text/plain,hi', 'gopher://127.0.0.1:70/', 'not a url', 'http://', '//127.0.0.1/', '']) {
     it(`refuses ${JSON.stringify(url)} as InvalidArgs`, async () => {
       const app = await buildTestApp(OPEN)

@@ -98,4 +98,15 @@ describe('resolveInWorkspace', () => {
   it('refuses a path longer than 4096 bytes', async () => {
     expect(await codeOf('a/'.repeat(2100))).toBe('InvalidPath')
   })
+
+  it('quotes the start of an over-long path without cutting a character in two', async () => {
+    for (const userPath of [`a${'😀'.repeat(64)}`, `a${'😀'.repeat(1100)}`]) {
+      const error = await resolveInWorkspace(ws, userPath).then(() => undefined, (thrown: unknown) => thrown)
+      expect(error).toBeInstanceOf(ToolError)
+      const { code, message } = error as ToolError
+      expect(code).toBe('InvalidPath')
+      expect(message.isWellFormed(), message).toBe(true)
+      expect(message).toMatch(/^"a(😀){31}\uFFFD…" (has a name longer than the filesystem allows|is longer than 4096 bytes)$/)
+    }
+  })
 })
