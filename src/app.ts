@@ -107,6 +107,12 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
       done(new ToolError('BadRequest', 'the request target must be a path, not an absolute URL'))
       return
     }
+    // The router refuses a path that does not decode; the query parser would take such bytes as they are.
+    const queryAt = request.url.indexOf('?')
+    if (queryAt !== -1 && !isPercentEncodedText(request.url.slice(queryAt + 1))) {
+      done(new ToolError('BadRequest', 'malformed URL: the query string is not percent-encoded UTF-8'))
+      return
+    }
     if (request.headers.host === undefined && request.raw.httpVersion === '1.1') {
       done(new ToolError('BadRequest', 'an HTTP/1.1 request must have a Host header'))
       return
@@ -171,4 +177,14 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
 
   await runtime.start()
   return app
+}
+
+/** Whether a query string's escapes decode, and to UTF-8 text (`%E9` alone is no character). */
+function isPercentEncodedText (query: string): boolean {
+  try {
+    decodeURIComponent(query)
+    return true
+  } catch {
+    return false
+  }
 }

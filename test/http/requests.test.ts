@@ -24,6 +24,20 @@ describe('request problems', () => {
     expect(answer.headers['x-request-id']).toBe(answer.body.request_id)
   })
 
+  it('answers a query string that does not decode to UTF-8 with a BadRequest problem, never taking its bytes as they are', async () => {
+    const app = await buildTestApp()
+    for (const query of ['toolport_workspace=caf%E9', 'toolport_workspace=100%', 'toolport_workspace=%ED%A0%80', 'format=openai&x=%C0%AF']) {
+      const url = query.startsWith('format') ? `/v1/tools?${query}` : `/v1/tools/list_directory/invoke?${query}`
+      const answer = await send(app, url.includes('invoke') ? 'POST' : 'GET', url, url.includes('invoke') ? '{"path":"."}' : undefined, { 'content-type': 'application/json' })
+      expect(expectProblem(answer, 400, 'BadRequest')['detail'], query).toBe('malformed URL: the query string is not percent-encoded UTF-8')
+    }
+    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/caf%25E9' })).statusCode).toBe(404)
+    // Escapes of UTF-8 text, and a plus for a space, are a query like any other.
+    const fine = await send(app, 'POST', '/v1/tools/list_directory/invoke?toolport_workspace=caf%C3%A9', '{"path":"."}', { 'content-type': 'application/json' })
+    expect(fine.status).toBe(200)
+    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/caf%C3%A9' })).statusCode).toBe(200)
+  })
+
   it('asks for a Bearer token on every 401', async () => {
     const app = await buildTestApp({ auth: { tokens: [{ token: 't', tenant: 'a' }] } })
     const answer = await send(app, 'GET', '/v1/tools')
