@@ -9,6 +9,7 @@
  * `total_entries`), and the answer's `truncated` turns true, as for any
  * result cut to its limit (execution/truncate.ts).
  */
+import { isUtf8 } from 'node:buffer'
 import { lstat, opendir } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
@@ -22,6 +23,7 @@ interface Entry {
   name: string
   is_dir: boolean
   size: number
+  name_not_utf8?: true
 }
 
 /** The JSON of the smallest entry, `{"name":"x","is_dir":false,"size":0}`, and its comma. */
@@ -40,6 +42,7 @@ export const listDirectoryTool = defineBuiltin({
       name: Type.String(),
       is_dir: Type.Boolean(),
       size: Type.Integer({ minimum: 0, description: 'Bytes (of the link itself, for a symlink)' }),
+      name_not_utf8: Type.Optional(Type.Literal(true, { description: 'The name\'s bytes are not UTF-8: it is shown with U+FFFD for them, which no file tool can name (a command can)' })),
     }, { additionalProperties: false })),
     truncated: Type.Optional(Type.Literal(true, { description: 'Only the leading entries fit the result limit' })),
     total_entries: Type.Optional(Type.Integer({ minimum: 0, description: 'Entries in the directory, when the listing was cut' })),
@@ -91,7 +94,9 @@ async function measured (names: Buffer[], directory: string): Promise<Entry[]> {
   for (let start = 0; start < names.length; start += LSTATS_AT_ONCE) {
     entries.push(...await Promise.all(names.slice(start, start + LSTATS_AT_ONCE).map(async (name) => {
       const info = await lstat(Buffer.concat([Buffer.from(directory), name])).catch(() => null)
-      return { name: name.toString(), is_dir: info?.isDirectory() ?? false, size: info?.size ?? 0 }
+      const entry: Entry = { name: name.toString(), is_dir: info?.isDirectory() ?? false, size: info?.size ?? 0 }
+      if (!isUtf8(name)) entry.name_not_utf8 = true
+      return entry
     })))
   }
   return entries

@@ -34,13 +34,18 @@ describe('list_directory of 50,000 entries', () => {
     expect(result.entries[0]).toEqual({ name: 'f00000.txt', is_dir: false, size: 1 })
   })
 
-  it('lists an entry whose name is not UTF-8 as what it is, its name shown with U+FFFD', async () => {
+  it('lists an entry whose name is not UTF-8 as what it is, its name shown with U+FFFD and marked so', async () => {
     const ctx = await toolContext()
     const at = (name: string) => Buffer.concat([Buffer.from(`${ctx.workspaceDir}/`), Buffer.from(name, 'latin1')])
     writeFileSync(at('caf\xe9.txt'), 'abc')
+    writeFileSync(`${ctx.workspaceDir}/caf\uFFFD.txt`, 'real')
     mkdirSync(at('dir\xff'))
     expect(await listDirectoryTool.execute({ path: '.' }, ctx)).toEqual({
-      entries: [{ name: 'caf\uFFFD.txt', is_dir: false, size: 3 }, { name: 'dir\uFFFD', is_dir: true, size: expect.any(Number) }],
+      entries: [
+        { name: 'caf\uFFFD.txt', is_dir: false, size: 3, name_not_utf8: true },
+        { name: 'caf\uFFFD.txt', is_dir: false, size: 4 },
+        { name: 'dir\uFFFD', is_dir: true, size: expect.any(Number), name_not_utf8: true },
+      ],
     })
   })
 
