@@ -1,9 +1,13 @@
 # Toolport: multi-stage build on Node 24 LTS (Debian bookworm slim).
 # Build:  docker build -t toolport .
 # Run:    docker run -p 8080:8080 --read-only --tmpfs /tmp \
-#           -v $PWD/toolport.yaml:/etc/toolport/toolport.yaml:ro toolport
+#           -v $PWD/deploy/compose/toolport.yaml:/etc/toolport/toolport.yaml:ro toolport
 # The root filesystem can be read-only: the service writes only to the
-# workspace volume and /tmp (a tmpfs). docs/DEPLOY.md has the details.
+# workspace volume and /tmp (a tmpfs). The config must say
+# `workspaces: { root: /var/lib/toolport/workspaces }` (the default root is
+# under /tmp, lost with it) and, as the image listens on 0.0.0.0, give
+# tokens (`auth.tokens`); deploy/compose/toolport.yaml does both.
+# docs/DEPLOY.md has the details.
 
 # Stage 1: `npm run build` with the dev dependencies: tsc checks the types,
 # rolldown bundles the service into dist/bundle (scripts/rolldown.config.ts),

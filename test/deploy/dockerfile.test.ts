@@ -8,6 +8,8 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { validate } from 'dockerfile-utils'
 import { describe, expect, it } from 'vitest'
+import { parse as parseYaml } from 'yaml'
+import { parseConfig } from '../../src/config.ts'
 
 const ROOT = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..')
 const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8')
@@ -61,6 +63,16 @@ describe('Dockerfile', () => {
     expect(run).toMatch(/apt-get install[^&]*--no-install-recommends[^&]*\bbubblewrap\b/)
     expect(run).toMatch(/rm -rf \/var\/lib\/apt\/lists/)
     expect(finalOf('VOLUME').at(-1)?.args).toContain('/var/lib/toolport/workspaces')
+  })
+
+  it('is run (its header, DEPLOY.md) with a config that keeps workspaces on its volume and gives tokens, as it listens on 0.0.0.0', () => {
+    const mounted = /-v \$PWD\/(\S+):\/etc\/toolport\/toolport\.yaml/.exec(dockerfile)?.[1] ?? ''
+    expect(mounted).toBe('deploy/compose/toolport.yaml')
+    const config = parseConfig(parseYaml(readFileSync(path.join(ROOT, mounted), 'utf8')))
+    const volume = finalOf('VOLUME').at(-1)?.args ?? ''
+    expect(volume).toContain(config.workspaces.root)
+    expect(/\bHOST=(\S+)/.exec(finalOf('ENV').map((e) => e.args).join(' '))?.[1]).toBe('0.0.0.0')
+    expect(config.auth.tokens.length).toBeGreaterThan(0)
   })
 
   it('gives HOME a directory that the compose file and the Deployment keep writable (npx writes its cache there)', () => {
