@@ -92,6 +92,16 @@ describe('/mcp requests a session cannot take', () => {
     return post
   }
 
+  it('answers an initialize without the Accept the transport needs with its JSON-RPC 406 (as README says), opening no session', async () => {
+    const app = await buildTestApp()
+    const base = await listening(app)
+    const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }
+    const answer = await fetch(`${base}/mcp`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(initialize) })
+    expect(answer.status).toBe(406)
+    expect(answer.headers.get('mcp-session-id')).toBeNull()
+    expect(await answer.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000, message: expect.stringMatching(/application\/json and text\/event-stream/) } })
+  })
+
   it('refuses an id a request still to be answered has, answering both, and an empty batch (JSON-RPC Invalid Request)', async () => {
     const app = await buildTestApp()
     const post = await rawSession(await listening(app))
