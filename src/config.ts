@@ -41,7 +41,10 @@ function keyOf (error: ErrorObject): string {
 const shownKey = (key: string): string => key.replace(/[\u0000-\u001f\u007f\u2028\u2029]/g, (c) => c === '\0' ? '\\0' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
 
 function describe (error: ErrorObject): string {
-  if (error.keyword === 'additionalProperties') return 'unknown key'
+  if (error.keyword === 'additionalProperties') {
+    // A map whose keys are names (tools.mcp_servers): the key is no typo of a known one, its name is not allowed.
+    return error.instancePath === '/tools/mcp_servers' ? 'not a valid server name: use letters, digits, "_" and "-"' : 'unknown key'
+  }
   // Never the token itself, nor a pattern that reads as one.
   if (error.keyword === 'pattern' && error.instancePath.endsWith('/token')) return 'must be printable ASCII without spaces (as a Bearer header carries it)'
   if (error.keyword === 'required') return 'is required'
@@ -77,8 +80,9 @@ export function parseConfig (raw: unknown, base = process.cwd()): Config {
   }
   const withNul = keyWithNul(copy)
   if (withNul !== undefined) throw new ConfigError(`config: ${shownKey(withNul)}: must not hold a NUL byte`)
-  const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => s.command !== undefined && s.url !== undefined)
-  if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, not both`)
+  // Empty is unset: an entry with neither would only ever be down.
+  const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => !s.command === !s.url)
+  if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, ${mcpProblem[1].command ? 'not both' : 'one of them'}`)
   for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {
     if (server.url !== undefined) checkOutgoingUrl(`tools.mcp_servers.${name}.url`, server.url)
   }

@@ -34,8 +34,13 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ sandbox: { mode: 'docker' } }))).toBe('config: sandbox.mode: must be one of auto, bwrap, none')
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { fs: { command: 'x', bogus: 1 } } } }))).toBe('config: tools.mcp_servers.fs.bogus: unknown key')
     // A server's name is letters, digits, "_" and "-": another name is no server, not an entry left unchecked.
-    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a.b': { bogus_key: 1 } } } }))).toBe('config: tools.mcp_servers.a.b: unknown key')
-    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a.b': null } } }))).toBe('config: tools.mcp_servers.a.b: unknown key')
+    // A name the map does not take is said to be one, not taken for a nested key.
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a.b': { bogus_key: 1 } } } }))).toBe('config: tools.mcp_servers.a.b: not a valid server name: use letters, digits, "_" and "-"')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a.b': null } } }))).toBe('config: tools.mcp_servers.a.b: not a valid server name: use letters, digits, "_" and "-"')
+    // An entry with neither command nor url (or only empty ones) could never connect.
+    for (const entry of [{}, { command: '' }, { url: '', args: ['x'] }]) {
+      expect(messageOf(() => parseConfig({ tools: { mcp_servers: { none: entry } } }))).toBe('config: tools.mcp_servers.none: set either command or url, one of them')
+    }
     expect(messageOf(() => parseConfig({ auth: { tokens: [{ token: 't' }] } }))).toBe('config: auth.tokens.0.tenant: is required')
     // A password in an MCP server's URL is never sent (fetch refuses such a URL), and the refusal would log it.
     const withPassword = messageOf(() => parseConfig({ tools: { mcp_servers: { web: { url: 'https://user:PW-IN-URL@mcp.example/mcp' } } } }))
@@ -68,11 +73,11 @@ describe('config', () => {
       ['tools.mcp_servers.fs.env.K\\0', { tools: { mcp_servers: { fs: { command: 'node', env: { 'K\0': 'v' } } } } }],
     ] as const
     for (const [key, raw] of withNul) expect(messageOf(() => parseConfig(raw))).toBe(`config: ${key}: must not hold a NUL byte`)
-    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'f\0s': { command: 'x' } } } }))).toBe('config: tools.mcp_servers.f\\0s: unknown key')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'f\0s': { command: 'x' } } } }))).toBe('config: tools.mcp_servers.f\\0s: not a valid server name: use letters, digits, "_" and "-"')
     // A map's key with a line break is checked as any other (it went unchecked), and shown on one line.
     expect(messageOf(() => parseConfig({ workspaces: { tenant_quotas: { 't\n': { max_workspaces: 'x' } } } }))).toBe('config: workspaces.tenant_quotas.t\\u000a.max_workspaces: must be integer')
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { a: { command: 'node', env: { 'K\u2028': 5 } } } } }))).toBe('config: tools.mcp_servers.a.env.K\\u2028: must be string')
-    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a\nb': { command: 'node' } } } }))).toBe('config: tools.mcp_servers.a\\u000ab: unknown key')
+    expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a\nb': { command: 'node' } } } }))).toBe('config: tools.mcp_servers.a\\u000ab: not a valid server name: use letters, digits, "_" and "-"')
   })
 
   it('reads YAML and JSON files, and reports unreadable or unparseable ones', async () => {

@@ -75,7 +75,7 @@ export class McpClientSource {
 
   /** Resolves when the first connection attempt has ended, either way. Never rejects. */
   start (): Promise<void> {
-    this.#started ??= this.#begin()
+    this.#started ??= this.#connect()
     return this.#started
   }
 
@@ -89,17 +89,6 @@ export class McpClientSource {
     const connection = this.#connection
     this.#connection = undefined
     await Promise.allSettled([attempt?.done, connection && disconnect(connection)])
-  }
-
-  async #begin (): Promise<void> {
-    const { command, url } = this.#options.config
-    if (!command && !url) {
-      this.state = 'down'
-      this.lastError = 'no command or url'
-      this.#options.log.warn('MCP server skipped: it has no command or url')
-      return
-    }
-    await this.#connect()
   }
 
   #connect (): Promise<void> {

@@ -61,28 +61,15 @@ describe('MCP servers over stdio', () => {
       missing: { command: path.join(dir, 'no-such-server') },
       exits: stdioFixture({}, { FIXTURE_DOWN_FILE: down }),
       refused: { url: `http://127.0.0.1:${await freePort()}/mcp` },
-      empty: {},
     })
     const ready = await app.inject({ method: 'GET', url: '/readyz' })
     expect(ready.statusCode).toBe(200)
-    expect(ready.json().mcp_servers).toEqual({ good: 'up', missing: 'down', exits: 'down', refused: 'down', empty: 'down' })
+    expect(ready.json().mcp_servers).toEqual({ good: 'up', missing: 'down', exits: 'down', refused: 'down' })
     expect(textOf((await exec(app, 'good__echo', { text: 'still here' })).body.result)).toBe('echo: still here')
     expect((await exec(app, 'read_file', { path: 'x' })).status).toBe(404)
     const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body
     expect(metrics).toContain('toolport_mcp_server_up{server="good"} 1')
     for (const name of ['missing', 'exits', 'refused']) expect(metrics).toContain(`toolport_mcp_server_up{server="${name}"} 0`)
-  })
-
-  it('skips an entry with neither command nor url, with a warning', async () => {
-    const { log, lines } = capturingLogger()
-    const config = parseConfig({ tools: { mcp_servers: { empty: {} } } }).tools.mcp_servers['empty']
-    if (!config) throw new Error('no config')
-    const source = new McpClientSource({ name: 'empty', config, log, onChange: () => { throw new Error('no tools expected') } })
-    await source.start()
-    expect(source.state).toBe('down')
-    expect(source.lastError).toBe('no command or url')
-    expect(lines.map((line) => line.msg)).toEqual(['MCP server skipped: it has no command or url'])
-    await source.close()
   })
 
   it('leaves out a tool whose name, with the server\'s prefix, is longer than the service takes, whose name or input schema no catalog takes, or that is no tool, with a warning; the rest are published', async () => {
