@@ -30,7 +30,12 @@ function fail (message: string): never {
 async function readConfig (): Promise<{ config: Config, file: string | undefined, tracing: TracingOptions | undefined }> {
   const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' }, help: { type: 'boolean', short: 'h' } }, strict: true })
   if (values.help) {
-    process.stdout.write('usage: toolport [--config FILE]\n  env: TOOLPORT_CONFIG=FILE, HOST (default 127.0.0.1), PORT (default 8080), TOOLPORT_ADVERTISE_URL\n')
+    process.stdout.write([
+      'usage: toolport [--config FILE]',
+      '  env: TOOLPORT_CONFIG=FILE, HOST (default 127.0.0.1), PORT (default 8080), TOOLPORT_ADVERTISE_URL,',
+      '       TOOLPORT_TOKENS_FILE, OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_* variables (tracing: docs/DEPLOY.md)',
+      '',
+    ].join('\n'))
     process.exit(0)
   }
   const file = values.config ?? process.env['TOOLPORT_CONFIG'] ?? undefined

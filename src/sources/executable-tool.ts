@@ -47,7 +47,7 @@ export function parseDescription (stdout: string): Description | string {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return '--describe did not print a JSON object'
   const { name, description, parameters, annotations } = value as Record<string, unknown>
   // Dots alone (`..`) would be a path segment URLs fold away (`/v1/tools/../invoke`).
-  if (typeof name !== 'string' || !SOURCE_TOOL_NAME.test(name) || /^\.+$/.test(name)) return 'name must be a string of letters, digits, "_", "." or "-", not dots alone'
+  if (typeof name !== 'string' || !SOURCE_TOOL_NAME.test(name) || /^\.+$/.test(name)) return 'name must be a string of 1 to 128 letters, digits, "_", "." or "-", not dots alone'
   if (typeof description !== 'string') return 'description must be a string'
   const parametersProblem = inputSchemaProblem(parameters)
   if (parametersProblem !== undefined) return parametersProblem

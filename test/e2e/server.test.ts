@@ -1,10 +1,11 @@
 /** The built server, started as a user would: `node dist/bundle/server.js` with env and a config file. */
+import { execFileSync } from 'node:child_process'
 import { closeSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { rootCertificates } from 'node:tls'
 import { describe, expect, it } from 'vitest'
-import { startServer, waitReady } from '../support/server-process.ts'
+import { SERVER_ENTRY, startServer, waitReady } from '../support/server-process.ts'
 import { onCleanup, tempDir } from '../support/temp.ts'
 
 const post = (base: string, url: string, body: unknown, signal?: AbortSignal) =>
@@ -122,6 +123,13 @@ describe('the built server', () => {
     const body = await (await call).json() as { result: { stdout: string } }
     expect(body.result.stdout).toBe('drained\n')
     expect(await server.exited).toEqual({ code: 0, signal: null })
+  })
+
+  it('--help names every variable the start reads, and exits 0', () => {
+    const help = execFileSync(process.execPath, [SERVER_ENTRY, '--help'], { encoding: 'utf8', timeout: 10_000 })
+    for (const name of ['--config', 'TOOLPORT_CONFIG', 'HOST', 'PORT', 'TOOLPORT_ADVERTISE_URL', 'TOOLPORT_TOKENS_FILE', 'OTEL_EXPORTER_OTLP_ENDPOINT']) expect(help).toContain(name)
+    const read = readFileSync(path.join(import.meta.dirname, '..', '..', 'src', 'start.ts'), 'utf8').matchAll(/process\.env\['(\w+)'\]/g)
+    for (const [, name] of read) expect(help).toContain(name)
   })
 
   it('exits 1 with one line naming the bad key', async () => {

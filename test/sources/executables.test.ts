@@ -67,7 +67,7 @@ describe('executable tool discovery', () => {
       slow: '--describe took longer than 500 ms',
       'plain.txt': 'the file is not executable',
       deep: 'parameters nest more than 200 levels deep',
-      dots: 'name must be a string of letters, digits, "_", "." or "-", not dots alone',
+      dots: 'name must be a string of 1 to 128 letters, digits, "_", "." or "-", not dots alone',
       huge: '--describe printed more than 1 MiB',
       'empty-schema': 'parameters must have "type": "object" at the top level',
       'array-schema': 'parameters must have "type": "object" at the top level',
