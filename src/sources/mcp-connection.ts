@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { type FoundProcess, foundDescendantsOf, foundInGroup, foundProcess, signalFound } from '../sandbox/process-tree.ts'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
+import { StringDecoder } from 'node:string_decoder'
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import type { McpServerConfig } from '../config.ts'
@@ -134,10 +135,12 @@ export class McpConnector {
       env: { ...getDefaultEnvironment(), ...this.#options.config.env },
       stderr: 'pipe',
     })
+    // Decoded as a stream: a character split between two chunks stays one.
+    const decoder = new StringDecoder('utf8')
     transport.stderr?.on('data', (chunk: Buffer) => {
-      const text = chunk.toString('utf8').trimEnd()
-      this.#options.log.debug({ stderr: clipText(text, 2000) }, 'MCP server stderr')
-      transport.stderrTail = (transport.stderrTail + chunk.toString('utf8')).slice(-2000)
+      const text = decoder.write(chunk)
+      this.#options.log.debug({ stderr: clipText(text.trimEnd(), 2000) }, 'MCP server stderr')
+      transport.stderrTail = (transport.stderrTail + text).slice(-2000)
     })
     return transport
   }

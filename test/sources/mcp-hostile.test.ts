@@ -198,14 +198,15 @@ describe('a stdio server that exits by itself', () => {
 
   it('that cannot start is down with its whole last line, also when it came in pieces', async () => {
     const { log } = capturingLogger()
-    const script = "process.stderr.write('first line\\nwhy it failed'); setTimeout(() => { process.stderr.write(': the rest of it\\n\\n'); setTimeout(() => process.exit(1), 100) }, 100)"
+    // The last character's first byte in one chunk, its others in the next.
+    const script = "process.stderr.write('first line\\nwhy it failed'); process.stderr.write(Buffer.from([0xc3])); setTimeout(() => { process.stderr.write(Buffer.from([0xa9])); process.stderr.write(': the rest of it\\n\\n'); setTimeout(() => process.exit(1), 100) }, 100)"
     const config = parseConfig({ tools: { mcp_servers: { broken: { command: process.execPath, args: ['-e', script] } } } }).tools.mcp_servers['broken']
     if (!config) throw new Error('no config')
     const source = new McpClientSource({ name: 'broken', config, log, onChange: () => {} })
     onCleanup(() => source.close())
     await source.start()
     expect(source.state).toBe('down')
-    expect(source.lastError).toMatch(/\(its stderr: why it failed: the rest of it\)$/)
+    expect(source.lastError).toMatch(/\(its stderr: why it failedé: the rest of it\)$/)
   })
 })
 
