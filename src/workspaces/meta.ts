@@ -11,7 +11,7 @@
  * A metadata file is claimed with an exclusive create, so two instances
  * creating the same id cannot both win; renewals replace it atomically.
  */
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { access, chmod, link, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { directoryNameOf } from './ids.ts'
@@ -46,12 +46,26 @@ export function sameWorkspace (a: WorkspaceMeta, b: WorkspaceMeta): boolean {
   return a.incarnation === undefined || b.incarnation === undefined || a.incarnation === b.incarnation
 }
 
+/**
+ * How old a metadata file that holds no record must be to be taken for what
+ * a crash left (an empty or cut file: it is written without fsync) and
+ * written again. A younger one may be a record being written in place, on a
+ * volume without hard links.
+ */
+const CRASH_LEFT_AFTER_MS = 10_000
+
+/** A metadata file that is there but holds no record. */
+const CORRUPT = Symbol('corrupt')
+
 /** Where the workspaces and their metadata live under one root. */
 export class WorkspaceLayout {
   readonly root: string
+  /** The TTL a record written again for a crash's leftover gets. */
+  readonly #ttlSeconds: number
 
-  constructor (root: string) {
+  constructor (root: string, ttlSeconds = 3600) {
     this.root = root
+    this.#ttlSeconds = ttlSeconds
   }
 
   workspaceDir (tenant: string, id: string): string {
@@ -143,9 +157,28 @@ export class WorkspaceLayout {
     await rename(temp, file)
   }
 
-  /** The metadata of one workspace, or null when there is none (or it cannot be read). */
+  /**
+   * The metadata of one workspace, or null when there is none (or it holds
+   * no record yet). A file that holds none long after it was written (empty
+   * or cut short by a crash) is written again, so that the workspace can be
+   * used, deleted and expire: made when the file was last written, with the
+   * default TTL from then.
+   */
   async read (tenant: string, id: string): Promise<WorkspaceMeta | null> {
-    return readMeta(this.metaFile(tenant, id))
+    const file = this.metaFile(tenant, id)
+    const found = await readMeta(file)
+    return found === CORRUPT ? this.#rewrite(tenant, id, file) : found
+  }
+
+  /** Writes again the record of a crash's leftover `file` (null when it may still be being written). */
+  async #rewrite (tenant: string, id: string, file: string): Promise<WorkspaceMeta | null> {
+    const written = await stat(file).then((info) => Math.floor(info.mtimeMs), absentOrThrow(null))
+    if (written === null || Date.now() - written < CRASH_LEFT_AFTER_MS) return null
+    // The same record whichever instance writes it: each takes the others' for its own.
+    const incarnation = createHash('sha256').update(JSON.stringify([tenant, id, written])).digest('hex').slice(0, 32)
+    const meta = { tenant, id, createdAt: written, expiresAt: written + this.#ttlSeconds * 1000, ttlSeconds: this.#ttlSeconds, incarnation }
+    await this.save(meta)
+    return meta
   }
 
   /** Whether the metadata file is there (unreadable counts as there: only a sure absence is a removal). */
@@ -212,8 +245,8 @@ export class WorkspaceLayout {
   async unexpiredCount (tenant: string, names: Set<string>, now: number): Promise<number> {
     let count = 0
     for (const name of names) {
-      const meta = await readMeta(path.join(this.#metaDir(tenant), name)).catch(() => null)
-      if (meta === null || meta.expiresAt > now) count++
+      const meta = await readMeta(path.join(this.#metaDir(tenant), name)).catch((): typeof CORRUPT => CORRUPT)
+      if (meta === null || meta === CORRUPT || meta.expiresAt > now) count++
     }
     return count
   }
@@ -238,7 +271,14 @@ export class WorkspaceLayout {
         if (!file.endsWith('.json')) continue
         if (known(path.join(tenantsDir, tenantName, 'ws', file.slice(0, -'.json'.length)))) continue
         const meta = await readMeta(path.join(metaDir, file)).catch(() => null)
-        if (meta) out.push(meta)
+        if (meta === CORRUPT) {
+          // A crash's leftover is written again when its names say whose it is (a hashed name does not).
+          const id = file.slice(0, -'.json'.length)
+          const rewritten = directoryNameOf(tenantName) === tenantName && directoryNameOf(id) === id ? await this.read(tenantName, id).catch(() => null) : null
+          if (rewritten) out.push(rewritten)
+        } else if (meta) {
+          out.push(meta)
+        }
       }
     }
     return out
@@ -268,17 +308,17 @@ export async function directoryExists (dir: string): Promise<boolean> {
   return stat(dir).then(() => true, absentOrThrow(false))
 }
 
-/** The record in a metadata file, or null when there is none (or it holds no record); a read that failed otherwise is thrown. */
-async function readMeta (file: string): Promise<WorkspaceMeta | null> {
+/** The record in a metadata file: null when there is none, CORRUPT when the file holds none; a read that failed otherwise is thrown. */
+async function readMeta (file: string): Promise<WorkspaceMeta | null | typeof CORRUPT> {
   const text = await readTextIfPresent(file)
   if (text === null) return null
   try {
     const meta = JSON.parse(text) as WorkspaceMeta
-    const valid = typeof meta.tenant === 'string' && typeof meta.id === 'string' &&
+    const valid = typeof meta === 'object' && meta !== null && typeof meta.tenant === 'string' && typeof meta.id === 'string' &&
       Number.isFinite(meta.createdAt) && Number.isFinite(meta.expiresAt) && Number.isFinite(meta.ttlSeconds) &&
       (meta.incarnation === undefined || typeof meta.incarnation === 'string')
-    return valid ? meta : null
+    return valid ? meta : CORRUPT
   } catch {
-    return null
+    return CORRUPT
   }
 }

@@ -130,7 +130,7 @@ export class WorkspaceStore {
   /** Creates the roots, forgets stale ephemeral dirs, empties the trash, starts the sweeper. */
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
-    this.#layout = new WorkspaceLayout(await realpath(this.#options.root))
+    this.#layout = new WorkspaceLayout(await realpath(this.#options.root), this.#options.ttlSeconds)
     const notPrivate = await this.#layout.makePrivate()
     if (notPrivate) this.#options.log.warn({ err: notPrivate, dir: this.#layout.tenantsDir }, 'could not make the tenants directory private (0700): other users of the host may reach into workspaces')
     this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)
