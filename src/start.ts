@@ -110,6 +110,7 @@ async function main (): Promise<void> {
   const app = await buildApp(config, { logger: log, hidePaths: secrets, tracing, startFailed: (error) => { fail(error.message) } })
     .catch((error: unknown) => {
       // A workspace root that cannot be made or used (EACCES, EROFS, ENOTDIR) is the config's to fix: one line, no stack.
+      if (error instanceof ConfigError) return fail(error.message)
       const { code, path } = error as NodeJS.ErrnoException
       if (code === undefined || path === undefined) throw error
       return fail(`cannot prepare ${path} (workspaces.root or workspaces.ephemeral_root): ${code}`)

@@ -7,11 +7,26 @@
  * it), so nothing is left for ever.
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, readdir, realpath } from 'node:fs/promises'
+import { mkdir, readdir, realpath, rename, writeFile } from 'node:fs/promises'
+import os from 'node:os'
 import path from 'node:path'
 import type { Logger } from 'pino'
+import { ConfigError } from '../config.ts'
+import { foundProcess } from '../sandbox/process-tree.ts'
+import { readTextIfPresent } from './read-if-present.ts'
 import { removeTree } from './remove-tree.ts'
 import { forgetUsage, startUsage } from './usage.ts'
+
+/**
+ * The root's owner, `{host, pid, startedAt, instance}`: a second instance given the
+ * same root (the default, `<root>/ephemeral`, on a shared root) would empty
+ * it under the first. One on this host that is still running is refused at
+ * start; one elsewhere, which no process table shows, is seen by the first
+ * instance's next sweep, which then removes nothing and says why.
+ */
+const OWNER_FILE = '.owner'
+
+interface Owner { host: string, pid: number, startedAt: string, instance: string }
 
 /** A workspace held by a running call; `release` once the call is done. */
 export interface WorkspaceLease {
@@ -26,7 +41,10 @@ export class EphemeralWorkspaces {
   readonly #log: Logger
   #root = ''
   /** Workspaces leased and not yet removed, by name: a sweep leaves them alone. */
-  readonly #busy = new Set<string>()
+  readonly #busy = new Set<string>([OWNER_FILE])
+  readonly #owner: Owner = { host: os.hostname(), pid: process.pid, startedAt: foundProcess(process.pid)?.startedAt ?? '', instance: randomUUID() }
+  /** Another instance has taken the root: this one no longer sweeps it. */
+  #ousted = false
 
   constructor (log: Logger) {
     this.#log = log
@@ -37,10 +55,19 @@ export class EphemeralWorkspaces {
     return this.#root
   }
 
-  /** Makes `root` (emptied first) the home of this instance's ephemeral workspaces. */
+  /** Makes `root` (emptied first) the home of this instance's ephemeral workspaces; ConfigError when another instance here runs in it. */
   async init (root: string): Promise<void> {
     await mkdir(root, { recursive: true, mode: 0o700 })
     this.#root = await realpath(root)
+    const owner = await this.#readOwner()
+    // The same process still running (its pid and start time), not one that took its pid since.
+    const running = owner !== undefined && owner.host === this.#owner.host && owner.pid !== process.pid && owner.startedAt !== '' && foundProcess(owner.pid)?.startedAt === owner.startedAt
+    if (running) {
+      throw new ConfigError(`workspaces.ephemeral_root ${this.#root} is in use by another running instance (pid ${owner?.pid}): give each instance its own, as it is emptied at start`)
+    }
+    const temp = path.join(this.#root, `${OWNER_FILE}.${this.#owner.instance}`)
+    await writeFile(temp, JSON.stringify(this.#owner), { mode: 0o600 })
+    await rename(temp, path.join(this.#root, OWNER_FILE))
     await this.sweep()
   }
 
@@ -86,6 +113,13 @@ export class EphemeralWorkspaces {
 
   /** Removes every workspace under the root that no lease holds (leftovers of failed removals, or of a crash). */
   async sweep (): Promise<void> {
+    if (this.#ousted) return
+    const owner = await this.#readOwner().catch(() => this.#owner)
+    if (owner?.instance !== this.#owner.instance) {
+      this.#ousted = true
+      this.#log.error({ dir: this.#root, owner }, 'another instance has taken workspaces.ephemeral_root: this one no longer removes anything in it; give each instance its own')
+      return
+    }
     const names = await readdir(this.#root).catch(() => [] as string[])
     for (const name of names) {
       if (this.#busy.has(name)) continue
@@ -93,6 +127,15 @@ export class EphemeralWorkspaces {
       await this.#remove(name)
       this.#busy.delete(name)
     }
+  }
+
+  async #readOwner (): Promise<Owner | undefined> {
+    const text = await readTextIfPresent(path.join(this.#root, OWNER_FILE))
+    try {
+      const owner = JSON.parse(text ?? '') as Partial<Owner>
+      if (typeof owner.host === 'string' && Number.isInteger(owner.pid) && typeof owner.startedAt === 'string' && typeof owner.instance === 'string') return owner as Owner
+    } catch {}
+    return undefined
   }
 
   /** Never by path: what ran there may have left symlinks, or be swapping them still. Failures wait for the next sweep. */

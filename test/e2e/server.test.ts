@@ -1,7 +1,7 @@
 /** The built server, started as a user would: `node dist/bundle/server.js` with env and a config file. */
 import { execFileSync } from 'node:child_process'
 import { closeSync, openSync, readdirSync, readFileSync, statSync } from 'node:fs'
-import { rm, writeFile } from 'node:fs/promises'
+import { realpath, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { rootCertificates } from 'node:tls'
 import { describe, expect, it } from 'vitest'
@@ -146,6 +146,25 @@ describe('the built server', () => {
     // The log's JSON lines aside (stdout), one line: no stack.
     const said = server.output().split('\n').filter((line) => line !== '' && !line.startsWith('{'))
     expect(said).toEqual([`toolport: cannot prepare ${path.join(file, 'ws')} (workspaces.root or workspaces.ephemeral_root): ENOTDIR`])
+  })
+
+  it('exits 1 with one line when another instance here runs in its ephemeral root (the default one, on a shared root); starts once that one has ended', async () => {
+    const root = await tempDir('toolport-shared-root-')
+    const config = { sandbox: { mode: 'none' }, workspaces: { root } }
+    const first = await startServer(config)
+    await waitReady(first)
+    const second = await startServer(config)
+    expect((await second.exited).code).toBe(1)
+    const said = second.output().split('\n').filter((line) => line !== '' && !line.startsWith('{'))
+    expect(said).toEqual([expect.stringMatching(new RegExp(`^toolport: workspaces\\.ephemeral_root ${path.join(await realpath(root), 'ephemeral')} is in use by another running instance \\(pid ${first.child.pid}\\): give each instance its own`))])
+    // The first instance's ephemeral workspaces were left alone.
+    const call = await fetch(`${first.base}/v1/tools/exec_shell/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ arguments: { command: 'echo kept > f; cat f' } }) })
+    expect(((await call.json()) as { result: { stdout: string } }).result.stdout).toBe('kept\n')
+    first.child.kill('SIGKILL')
+    await first.exited
+    // Gone (even killed, its record left behind), it no longer holds the root.
+    const third = await startServer(config)
+    await waitReady(third)
   })
 
   it('exits 1 with one line when it cannot listen (the port taken), and refuses a PORT that is not decimal', async () => {

@@ -12,6 +12,7 @@ import { Header } from 'tar'
 import { describe, expect, it } from 'vitest'
 import { startServer, waitReady } from '../support/server-process.ts'
 import { tempDir } from '../support/temp.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 const post = (base: string, url: string, body: unknown) =>
   fetch(`${base}${url}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
@@ -72,7 +73,7 @@ describe('graceful shutdown of the built server', () => {
     // Cut by the drain timeout: a retryable 503, not a failure of the call.
     expect(await long).toMatchObject({ status: 503, retryAfter: expect.stringMatching(/^\d+$/), body: { code: 'Overloaded', tool: 'exec_shell' } })
     expect(await until(() => !pids.some(running), 5000)).toBe(true)
-    expect(await readdir(path.join(root, 'ephemeral'))).toEqual([])
+    expect(await workspacesIn(path.join(root, 'ephemeral'))).toEqual([])
   })
 
   it('answers an archive upload the drain cut short with 503 and Retry-After, changing nothing', async () => {

@@ -1,9 +1,9 @@
 import { existsSync } from 'node:fs'
-import { readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp, exec } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 describe('POST /v1/tools/{name}/execute', () => {
   it('answers the envelope {tool, result, truncated, duration_ms, workspace}', async () => {
@@ -32,14 +32,14 @@ describe('POST /v1/tools/{name}/execute', () => {
     expect(dir.startsWith(ephemeralRoot)).toBe(true)
     expect(existsSync(dir)).toBe(false)
     expectProblem(await exec(app, 'read_file', { path: 'here.txt' }), 404, 'FileNotFound', 'read_file')
-    expect(await readdir(ephemeralRoot)).toEqual([])
+    expect(await workspacesIn(ephemeralRoot)).toEqual([])
   })
 
   it('removes the ephemeral workspace after an error too', async () => {
     const app = await buildTestApp()
     expectProblem(await exec(app, 'exec_shell', { command: 'touch x; true || sudo ls' }), 403, 'PermissionDenied', 'exec_shell')
     expectProblem(await exec(app, 'read_file', { path: 'x' }), 404, 'FileNotFound', 'read_file')
-    expect(await readdir(path.join(app.runtime.workspaces.root, 'ephemeral'))).toEqual([])
+    expect(await workspacesIn(path.join(app.runtime.workspaces.root, 'ephemeral'))).toEqual([])
   })
 
   it('lowers the result limit on request but never raises it past the configured one', async () => {

@@ -5,10 +5,10 @@
  * the session and remove its workspace, not answer 400.
  */
 import net from 'node:net'
-import { readdir } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
 import { listening } from '../support/listening.ts'
 import { buildTestApp } from '../helper.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 /** Sends `raw` on a fresh connection and answers the status line's code. */
 function rawRequest (port: number, raw: string): Promise<number> {
@@ -64,12 +64,12 @@ describe('the Python MCP SDK ending a session', () => {
       })
       expect(await call.text()).toContain('Successfully wrote')
       const ephemeral = app.runtime.workspaces.ephemeralRoot
-      expect((await readdir(ephemeral)).length).toBe(1)
+      expect((await workspacesIn(ephemeral)).length).toBe(1)
 
       expect(await rawRequest(port, pythonDelete(port, session, contentLength))).toBe(200)
       // The workspace goes as the session closes, a moment after the answer.
-      for (let i = 0; i < 100 && (await readdir(ephemeral)).length > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
-      expect(await readdir(ephemeral)).toEqual([])
+      for (let i = 0; i < 100 && (await workspacesIn(ephemeral)).length > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(await workspacesIn(ephemeral)).toEqual([])
       const after = await fetch(`${base}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': session }, body: JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/list' }) })
       expect(after.status).toBe(404)
     })

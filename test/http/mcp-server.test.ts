@@ -3,7 +3,6 @@
  * tools — to the SDK's own client over a real socket, with REST's auth,
  * scopes and execution path, and one workspace per session.
  */
-import { readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -12,6 +11,7 @@ import { buildTestApp } from '../helper.ts'
 import { describeJson, eventually, placeTool, shTool, toolsDir } from '../sources/helpers.ts'
 import { listening, mcpClient as connect } from '../support/listening.ts'
 import { stdioFixture } from '../sources/mcp-helpers.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 type CallResult = Awaited<ReturnType<Client['callTool']>>
@@ -114,9 +114,9 @@ describe('/mcp as an MCP server', () => {
     await first.callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'one' } })
     await second.callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'two' } })
     expect((await first.callTool({ name: 'read_file', arguments: { path: 'a.txt' } })).structuredContent).toEqual({ content: 'one' })
-    expect(await readdir(root)).toHaveLength(2)
+    expect(await workspacesIn(root)).toHaveLength(2)
     await (first.transport as StreamableHTTPClientTransport).terminateSession()
-    expect(await eventually(async () => (await readdir(root)).length === 1)).toBe(true)
+    expect(await eventually(async () => (await workspacesIn(root)).length === 1)).toBe(true)
     expect((await second.callTool({ name: 'read_file', arguments: { path: 'a.txt' } })).structuredContent).toEqual({ content: 'two' })
   })
 
@@ -126,8 +126,8 @@ describe('/mcp as an MCP server', () => {
     const root = path.join(app.runtime.workspaces.root, 'ephemeral')
     const client = await connect(base)
     await client.callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'x' } })
-    expect(await readdir(root)).toHaveLength(1)
-    expect(await eventually(async () => (await readdir(root)).length === 0, 8000)).toBe(true)
+    expect(await workspacesIn(root)).toHaveLength(1)
+    expect(await eventually(async () => (await workspacesIn(root)).length === 0, 8000)).toBe(true)
     await expect(client.callTool({ name: 'read_file', arguments: { path: 'a.txt' } })).rejects.toThrow(/404|session/i)
   })
 })

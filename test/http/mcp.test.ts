@@ -4,6 +4,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { describe, expect, it } from 'vitest'
 import { listening } from '../support/listening.ts'
 import { buildTestApp, onCleanup } from '../helper.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 async function connect (base: string, token?: string): Promise<Client> {
   const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}
@@ -67,13 +68,12 @@ describe('/mcp', () => {
     const client = await connect(await listening(app))
     await client.callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'x' } })
     const root = `${app.runtime.workspaces.root}/ephemeral`
-    const { readdir } = await import('node:fs/promises')
-    expect((await readdir(root)).length).toBe(1)
+    expect((await workspacesIn(root)).length).toBe(1)
     await (client.transport as StreamableHTTPClientTransport).terminateSession()
     await client.close()
     const deadline = Date.now() + 3000
-    while ((await readdir(root)).length > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
-    expect(await readdir(root)).toEqual([])
+    while ((await workspacesIn(root)).length > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(await workspacesIn(root)).toEqual([])
   })
 })
 

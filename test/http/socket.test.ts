@@ -1,6 +1,5 @@
 /** Where a real socket matters: streamed archives and client disconnects, with supertest. */
 import { once } from 'node:events'
-import { readdir } from 'node:fs/promises'
 import net from 'node:net'
 import path from 'node:path'
 import { gunzipSync } from 'node:zlib'
@@ -8,6 +7,7 @@ import request from 'supertest'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp, exec, onCleanup } from '../helper.ts'
 import { tarEntries } from '../support/tarball.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 describe('over a real socket', () => {
   it('streams a workspace archive', async () => {
@@ -47,13 +47,13 @@ describe('over a real socket', () => {
       signal: controller.signal,
     }).catch(() => 'aborted')
     const ephemeral = path.join(app.runtime.workspaces.root, 'ephemeral')
-    while ((await readdir(ephemeral)).length === 0 && Date.now() - started < 3000) await new Promise((resolve) => setTimeout(resolve, 20))
+    while ((await workspacesIn(ephemeral)).length === 0 && Date.now() - started < 3000) await new Promise((resolve) => setTimeout(resolve, 20))
     await new Promise((resolve) => setTimeout(resolve, 200))
     controller.abort()
     expect(await call).toBe('aborted')
-    while ((app.runtime.limiter.inFlight > 0 || (await readdir(ephemeral)).length > 0) && Date.now() - started < 5000) await new Promise((resolve) => setTimeout(resolve, 20))
+    while ((app.runtime.limiter.inFlight > 0 || (await workspacesIn(ephemeral)).length > 0) && Date.now() - started < 5000) await new Promise((resolve) => setTimeout(resolve, 20))
     expect(app.runtime.limiter.inFlight).toBe(0)
-    expect(await readdir(ephemeral)).toEqual([])
+    expect(await workspacesIn(ephemeral)).toEqual([])
     expect(Date.now() - started).toBeLessThan(5000)
   })
 })

@@ -12,6 +12,7 @@ import { describe, expect, it } from 'vitest'
 import { removeTree } from '../../src/workspaces/remove-tree.ts'
 import { removeTreeConfined } from '../support/confined-removal.ts'
 import { buildTestApp, exec, tempDir } from '../helper.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -98,7 +99,7 @@ describe('workspaces holding trees a command built', () => {
     const dir = answer.body.result.stdout.trim()
     expect(dir.startsWith(ephemeralRoot)).toBe(true)
     expect(existsSync(dir)).toBe(false)
-    expect(await readdir(ephemeralRoot)).toEqual([])
+    expect(await workspacesIn(ephemeralRoot)).toEqual([])
   }, SLOW)
 
   it('removes an expired deep workspace on a sweep', async () => {

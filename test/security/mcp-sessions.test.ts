@@ -5,7 +5,7 @@
  * with it. Requests whose params don't fit their method answer -32602 with a
  * short message. Everything over a real socket, with raw JSON-RPC over fetch.
  */
-import { readdir, readFile } from 'node:fs/promises'
+import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import v8 from 'node:v8'
 import vm from 'node:vm'
@@ -13,6 +13,7 @@ import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { listening } from '../support/listening.ts'
 import { eventually } from '../sources/helpers.ts'
+import { workspacesIn } from '../support/ephemeral.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -72,7 +73,7 @@ async function writeMark (base: string, sessionId: string, name: string, token?:
 /** The marks found in the ephemeral workspaces on disk, sorted. */
 async function marksOnDisk (app: App): Promise<string[]> {
   const root = path.join(app.runtime.workspaces.root, 'ephemeral')
-  const dirs = await readdir(root).catch(() => [])
+  const dirs = await workspacesIn(root).catch(() => [])
   const marks = await Promise.all(dirs.map(async (dir) => readFile(path.join(root, dir, 'mark.txt'), 'utf8').catch(() => '?')))
   return marks.sort()
 }

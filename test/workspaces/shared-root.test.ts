@@ -220,7 +220,7 @@ describe('instances sharing a workspace root', () => {
     expect(existsSync(lease.dir)).toBe(true)
     expect(path.dirname(lease.dir)).not.toBe(b.ephemeralRoot)
     await lease.release()
-    expect(await readdir(a.ephemeralRoot)).toEqual([])
+    expect(await readdir(a.ephemeralRoot)).toEqual(['.owner'])
   })
 
   it('treat metadata whose directory is gone as no workspace, and make a fresh one on the next use', async () => {

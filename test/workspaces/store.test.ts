@@ -253,7 +253,8 @@ describe('WorkspaceStore', () => {
     await writeFile(path.join(lease.dir, 'x'), 'x')
     await lease.release()
     expect(existsSync(lease.dir)).toBe(false)
-    expect(await readdir(path.dirname(lease.dir))).toEqual([])
+    // Only the root's record of its owner (ephemeral.ts) stays.
+    expect(await readdir(path.dirname(lease.dir))).toEqual(['.owner'])
   })
 })
 
