@@ -22,7 +22,8 @@
  * A deleted workspace goes to the trash at once (trash.ts).
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, realpath } from 'node:fs/promises'
+import { constants } from 'node:fs'
+import { access, mkdir, realpath } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { ToolError } from '../errors.ts'
@@ -131,6 +132,8 @@ export class WorkspaceStore {
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
     this.#layout = new WorkspaceLayout(await realpath(this.#options.root), this.#options.ttlSeconds)
+    // A root that cannot be written (a read-only mount) would serve reads and answer every write with a 500.
+    await access(this.#layout.root, constants.W_OK)
     const notPrivate = await this.#layout.makePrivate()
     if (notPrivate) this.#options.log.warn({ err: notPrivate, dir: this.#layout.tenantsDir }, 'could not make the tenants directory private (0700): other users of the host may reach into workspaces')
     this.#trash = new WorkspaceTrash(this.#layout.trashDir, this.#options.log)

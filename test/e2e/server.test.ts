@@ -148,6 +148,16 @@ describe('the built server', () => {
     expect(said).toEqual([`toolport: cannot prepare ${path.join(file, 'ws')} (workspaces.root or workspaces.ephemeral_root): ENOTDIR`])
   })
 
+  it('exits 1 with one line, not ready to answer 500s, when the workspace root is a read-only mount', async () => {
+    const root = await tempDir('toolport-ro-root-')
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=64k', 'tmpfs', root])
+    onCleanup(async () => { execFileSync('umount', ['-l', root]) })
+    const server = await startServer({ sandbox: { mode: 'none' }, workspaces: { root, ephemeral_root: path.join(await tempDir('toolport-eph-'), 'e') } })
+    expect((await server.exited).code).toBe(1)
+    const said = server.output().split('\n').filter((line) => line !== '' && !line.startsWith('{'))
+    expect(said).toEqual([`toolport: cannot prepare ${root} (workspaces.root or workspaces.ephemeral_root): EROFS`])
+  })
+
   it('exits 1 with one line when another instance here runs in its ephemeral root (the default one, on a shared root); starts once that one has ended', async () => {
     const root = await tempDir('toolport-shared-root-')
     const config = { sandbox: { mode: 'none' }, workspaces: { root } }
