@@ -6,7 +6,7 @@
 import { Type } from '@sinclair/typebox'
 import { ToolError } from '../errors.ts'
 import { defineBuiltin } from '../execution/define.ts'
-import { countOccurrences, editFile, replaceFirst } from '../workspace-fs/edit.ts'
+import { editFile, occurrencesOf, replaceAt } from '../workspace-fs/edit.ts'
 
 export const editFileTool = defineBuiltin({
   name: 'edit_file',
@@ -22,10 +22,10 @@ export const editFileTool = defineBuiltin({
   async execute (args, ctx) {
     if (args.old_text === '') throw new ToolError('InvalidArgs', 'old_text must not be empty')
     return editFile(ctx.workspaceDir, args.path, ctx.quota, (text) => {
-      const count = countOccurrences(text, args.old_text)
+      const { first, count } = occurrencesOf(text, args.old_text)
       if (count === 0) throw new ToolError('InvalidArgs', `old_text not found in ${args.path}`)
       if (count > 1) throw new ToolError('InvalidArgs', `old_text appears ${count} times in ${args.path}; it must appear exactly once (add surrounding context)`)
-      return { text: replaceFirst(text, args.old_text, args.new_text), result: { message: `Successfully edited ${args.path}` } }
+      return { text: replaceAt(text, first, args.old_text, args.new_text), result: { message: `Successfully edited ${args.path}` } }
     })
   },
 })

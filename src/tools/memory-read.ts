@@ -12,11 +12,14 @@ import type { ToolContext } from '../execution/tool.ts'
 import { openContained, readPrefix, utf8Pieces, utf8Text } from '../workspace-fs/read.ts'
 import { resolveMemoryFile } from './memory-file.ts'
 
+const MAX_QUERY_CHARS = 256
+
 export const memoryReadTool = defineBuiltin({
   name: 'memory_read',
   description: 'Read long-term memory (memory/MEMORY.md in the workspace), optionally only the paragraphs that contain a query.',
   parameters: Type.Object({
-    query: Type.Optional(Type.String({ description: 'Search query to filter paragraphs (case-insensitive)' })),
+    // A few words: a longer query only makes each line's search cost more (a search reads up to 64 MiB).
+    query: Type.Optional(Type.String({ maxLength: MAX_QUERY_CHARS, description: 'Search query to filter paragraphs (case-insensitive)' })),
   }),
   outputSchema: Type.Union([
     Type.Object({ content: Type.String(), message: Type.String({ description: 'Why there is no content' }) }, { additionalProperties: false }),
@@ -74,17 +77,20 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
   let cut = false
   let hasText = false
   let found = false
-  /** The paragraph's last characters, lowercased: the needle may straddle two pieces. */
+  /** The paragraph's last characters (one fewer than the needle's), lowercased: the needle may straddle two pieces. */
   let tail = ''
+  const tailLength = needle.length - 1
   // The line being read: whether it has shown something but whitespace, and the whitespace it began with.
   let lineHasText = false
   let leading = ''
   const add = (piece: string): void => {
     if (piece === '') return
     if (!found && needle !== '') {
-      const lowered = tail + piece.toLowerCase()
-      found = lowered.includes(needle)
-      tail = lowered.slice(-(needle.length - 1) || lowered.length)
+      // The piece alone, then across its start: never the whole paragraph again for each piece of it.
+      const lowered = piece.toLowerCase()
+      found = lowered.includes(needle) || (tail !== '' && (tail + lowered.slice(0, tailLength)).includes(needle))
+      if (tailLength === 0) tail = ''
+      else tail = lowered.length >= tailLength ? lowered.slice(-tailLength) : (tail + lowered).slice(-tailLength)
     }
     if (piece.length > budget + 1 - kept.length) cut = true
     if (kept.length <= budget) kept += piece.slice(0, budget + 1 - kept.length)

@@ -17,16 +17,43 @@ const EDIT_ATTEMPTS = 5
 /** Files larger than this are not loaded for an edit. */
 export const MAX_EDIT_BYTES = 16 * 1024 * 1024
 
-/** Non-overlapping occurrences of `needle` (not empty) in `text`. */
-export function countOccurrences (text: string, needle: string): number {
+/**
+ * Where `needle` (not empty) first occurs in `text` (-1: nowhere), and how
+ * many times without overlapping, found in time linear in both (Knuth,
+ * Morris and Pratt): `indexOf` compares the needle again at almost every
+ * position of a text such as a long run of one letter, and a caller's
+ * needle of a few kilobytes against a file of megabytes would hold the
+ * event loop, and every other call, for seconds to hours.
+ */
+export function occurrencesOf (text: string, needle: string): { first: number, count: number } {
+  // fallback[i]: the length of the longest proper prefix of needle[0..i] that is also its suffix.
+  const fallback = new Int32Array(needle.length)
+  for (let i = 1, length = 0; i < needle.length;) {
+    if (needle.charCodeAt(i) === needle.charCodeAt(length)) fallback[i++] = ++length
+    else if (length > 0) length = fallback[length - 1] ?? 0
+    else fallback[i++] = 0
+  }
+  let first = -1
   let count = 0
-  for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + needle.length)) count++
-  return count
+  for (let i = 0, matched = 0; i < text.length;) {
+    if (text.charCodeAt(i) === needle.charCodeAt(matched)) {
+      i++
+      if (++matched < needle.length) continue
+      if (first === -1) first = i - needle.length
+      count++
+      // Not overlapping: the next occurrence starts after this one.
+      matched = 0
+    } else if (matched > 0) {
+      matched = fallback[matched - 1] ?? 0
+    } else {
+      i++
+    }
+  }
+  return { first, count }
 }
 
-/** `text` with the first occurrence of `needle` replaced (`needle` must occur). */
-export function replaceFirst (text: string, needle: string, replacement: string): string {
-  const at = text.indexOf(needle)
+/** `text` with `needle` at `at` replaced. */
+export function replaceAt (text: string, at: number, needle: string, replacement: string): string {
   return text.slice(0, at) + replacement + text.slice(at + needle.length)
 }
 

@@ -75,6 +75,23 @@ describe('memory tools', () => {
     expect(expected.length).toBeGreaterThan(50)
   })
 
+  it('finds a query across the pieces a long paragraph is read in, and refuses a query of more than 256 characters', async () => {
+    const ctx = await toolContext()
+    await mkdir(path.join(ctx.workspaceDir, 'memory'))
+    // Many short lines, then the query split across the end of the first 64 KiB chunk.
+    const before = `${'ab\n'.repeat(21_000)}${'z'.repeat(65_536 - 63_000 - 5)}`
+    await writeFile(path.join(ctx.workspaceDir, 'memory', 'MEMORY.md'), `${before}NEEDLE-in-two\n\nother\n`)
+    const big = await toolContext({ workspaceDir: ctx.workspaceDir, maxResultBytes: 1_000_000 })
+    const found = await memoryReadTool.execute({ query: 'needle-IN' }, big) as { count: number, matches: string[] }
+    expect(found.count).toBe(1)
+    expect(found.matches[0]?.endsWith('NEEDLE-in-two')).toBe(true)
+    const app = await buildTestApp()
+    const long = await exec(app, 'memory_read', { query: 'q'.repeat(257) })
+    expect(long.status).toBe(400)
+    expect(long.body).toMatchObject({ code: 'InvalidArgs', detail: expect.stringMatching(/query.*256/) })
+    expect((await exec(app, 'memory_read', { query: 'q'.repeat(256) })).status).toBe(200)
+  })
+
   it('searches a memory of one 600 MB line in bounded memory, stops at its search limit or a cancellation, and says it was cut', async () => {
     const truncated: boolean[] = []
     const ctx = await toolContext({ markTruncated: () => { truncated.push(true) } })

@@ -9,7 +9,7 @@ import { appendFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs'
 import { readdir, readFile, realpath, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { editFile } from '../../src/workspace-fs/edit.ts'
+import { editFile, occurrencesOf } from '../../src/workspace-fs/edit.ts'
 import { tempDir } from '../support/temp.ts'
 
 async function workspaceWith (content: string): Promise<{ dir: string, file: string }> {
@@ -74,5 +74,35 @@ describe('editFile', () => {
     })
     await expect(editing).rejects.toMatchObject({ code: 'Conflict', message: expect.stringMatching(/kept changing while it was being edited; nothing was written/) })
     expect(await readFile(file, 'utf8')).toBe(`change ${tries}\n`)
+  })
+})
+
+describe('occurrencesOf', () => {
+  /** What a search by indexOf finds: the first occurrence, and how many without overlapping. */
+  function byIndexOf (text: string, needle: string): { first: number, count: number } {
+    let count = 0
+    for (let at = text.indexOf(needle); at !== -1; at = text.indexOf(needle, at + needle.length)) count++
+    return { first: text.indexOf(needle), count }
+  }
+
+  it('finds what indexOf finds, overlapping candidates and characters outside the BMP included', () => {
+    for (const [text, needle] of [['aaaa', 'aa'], ['aaaaa', 'aa'], ['abababab', 'abab'], ['aabaabaab', 'aab'], ['xyz', 'xyzw'], ['😀😀a😀', '😀a'], ['', 'a'], ['abc', 'abc']] as Array<[string, string]>) {
+      expect(occurrencesOf(text, needle), `${text} / ${needle}`).toEqual(byIndexOf(text, needle))
+    }
+    // Texts and needles of a small alphabet, where partial matches and fallbacks are many.
+    let seed = 7
+    const next = (): number => { seed = (seed * 1103515245 + 12345) % 2 ** 31; return seed }
+    const word = (length: number): string => Array.from({ length }, () => 'ab\n'[next() % 3]).join('')
+    for (let round = 0; round < 2000; round++) {
+      const text = word(next() % 60)
+      const needle = word(1 + (next() % 6))
+      expect(occurrencesOf(text, needle), `${JSON.stringify(text)} / ${JSON.stringify(needle)}`).toEqual(byIndexOf(text, needle))
+    }
+  })
+
+  it('answers a needle that almost matches everywhere (a…ab a…a in a long run of a) as not found', () => {
+    const needle = `${'a'.repeat(5000)}b${'a'.repeat(4999)}`
+    expect(occurrencesOf('a'.repeat(200_000), needle)).toEqual({ first: -1, count: 0 })
+    expect(occurrencesOf(`${'a'.repeat(100_000)}${needle}${'a'.repeat(100)}`, needle)).toEqual({ first: 100_000, count: 1 })
   })
 })

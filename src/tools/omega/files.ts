@@ -9,7 +9,7 @@ import { truncateText } from '../../execution/truncate.ts'
 import { defineBuiltin } from '../../execution/define.ts'
 import { existingPath, openContained, readPrefix, utf8Text } from '../../workspace-fs/read.ts'
 import { writeWorkspaceFile } from '../../workspace-fs/write.ts'
-import { countOccurrences, editFile, replaceFirst } from '../../workspace-fs/edit.ts'
+import { editFile, occurrencesOf, replaceAt } from '../../workspace-fs/edit.ts'
 
 export const MAX_READ_OUTPUT = 50_000
 
@@ -62,10 +62,10 @@ export const editTool = defineBuiltin({
   async execute (args, ctx) {
     if (args.old_string === '') throw new ToolError('InvalidArgs', 'old_string must not be empty')
     return editFile(ctx.workspaceDir, args.file_path, ctx.quota, (text) => {
-      const occurrences = countOccurrences(text, args.old_string)
+      const { first, count: occurrences } = occurrencesOf(text, args.old_string)
       if (occurrences === 0) throw new ToolError('InvalidArgs', `old_string not found in ${args.file_path}`)
       return {
-        text: replaceFirst(text, args.old_string, args.new_string),
+        text: replaceAt(text, first, args.old_string, args.new_string),
         result: { content: `Edited ${args.file_path}: replaced the first of ${occurrences} occurrence(s)`, occurrences },
       }
     })
