@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { eventually } from '../sources/helpers.ts'
 import { listening, mcpClient } from '../support/listening.ts'
-import { alive } from '../support/processes.ts'
+import { alive, processesWith, uniqueSleepSeconds } from '../support/processes.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -87,11 +87,13 @@ describe('/mcp progress and cancellation', () => {
     Object.assign(headers, { 'mcp-session-id': init.headers.get('mcp-session-id') ?? '', 'mcp-protocol-version': '2025-03-26' })
     await init.text()
     await (await send({ jsonrpc: '2.0', method: 'notifications/initialized' })).text()
+    // A sleep no other process has: the cancel is sent once call 1's process runs, not after a guessed delay.
+    const mark = uniqueSleepSeconds()
     const stream = send([
-      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'exec_shell', arguments: { command: 'sleep 30' } } },
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'exec_shell', arguments: { command: `sleep ${mark}` } } },
       { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'exec_shell', arguments: { command: 'sleep 1; echo two' } } },
     ]).then(async (response) => response.text())
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(await eventually(() => processesWith(mark).length > 0, 10_000)).toBe(true)
     await (await send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 1 } })).text()
     const events = await stream
     // The other call's answer came, the cancelled one's did not, and the stream ended.
