@@ -17,6 +17,8 @@ import { McpSessions } from '../../src/mcp-server/sessions.ts'
 import { buildTestApp } from '../helper.ts'
 import { McpError } from '@modelcontextprotocol/sdk/types.js'
 import { listening } from '../support/listening.ts'
+import { eventually } from '../sources/helpers.ts'
+import { processesWith, uniqueSleepSeconds } from '../support/processes.ts'
 import { onCleanup } from '../support/temp.ts'
 
 /** A full garbage collection (what turns a weakly held listener removal into none). */
@@ -83,20 +85,23 @@ describe('MCP sessions', () => {
       return { client, transport }
     }
     // The client's own timeout (10 s) is what a call left unanswered would end with: not the session's answer.
-    const longCall = (client: Client) => client.callTool({ name: 'exec_shell', arguments: { command: 'sleep 30' } }, undefined, { timeout: 10_000 }).then(
+    // Each call's sleep is one no other process has: the session ends once that call's process runs, not after a guessed delay.
+    const longCall = (client: Client, mark: string) => client.callTool({ name: 'exec_shell', arguments: { command: `sleep ${mark}` } }, undefined, { timeout: 10_000 }).then(
       () => 'answered',
       (error: unknown) => error instanceof McpError ? `${error.code} ${error.message}` : String(error)
     )
     const ended = `${-32000} MCP error -32000: the MCP session ended before this call was answered; the call was stopped`
     const deleted = await open()
-    const call = longCall(deleted.client)
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    const mark = uniqueSleepSeconds()
+    const call = longCall(deleted.client, mark)
+    expect(await eventually(() => processesWith(mark).length > 0, 5000)).toBe(true)
     await deleted.transport.terminateSession()
     expect(await call).toBe(ended)
     // The tenant's next session ends the oldest (max_mcp_sessions 1).
     const evicted = await open()
-    const evictedCall = longCall(evicted.client)
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    const evictedMark = uniqueSleepSeconds()
+    const evictedCall = longCall(evicted.client, evictedMark)
+    expect(await eventually(() => processesWith(evictedMark).length > 0, 5000)).toBe(true)
     await open()
     expect(await evictedCall).toBe(ended)
   })
