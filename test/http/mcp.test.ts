@@ -2,7 +2,9 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { describe, expect, it } from 'vitest'
+import { eventually } from '../sources/helpers.ts'
 import { listening } from '../support/listening.ts'
+import { heldCommand } from '../support/held.ts'
 import { buildTestApp, onCleanup } from '../helper.ts'
 import { workspacesIn } from '../support/ephemeral.ts'
 
@@ -106,11 +108,14 @@ describe('/mcp requests a session cannot take', () => {
     const app = await buildTestApp()
     const post = await rawSession(await listening(app))
     const call = (command: string) => ({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'exec_shell', arguments: { command } } })
-    const first = post(call('sleep 0.5; echo first'))
-    await new Promise((resolve) => setTimeout(resolve, 150))
+    // The first call runs until the second has been refused: neither it nor the second outruns the other.
+    const held = await heldCommand('first')
+    const first = post(call(held.command))
+    expect(await eventually(held.running)).toBe(true)
     const second = await post(call('echo second'))
     expect(second.status).toBe(400)
     expect(JSON.parse(second.text)).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32600 } })
+    await held.release()
     const answered = await first
     expect(answered.status).toBe(200)
     expect(answered.text).toContain('first')
@@ -127,15 +132,18 @@ describe('/mcp requests a session cannot take', () => {
     const post = await rawSession(await listening(app))
     const call = (command: string) => ({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'exec_shell', arguments: { command } } })
     const left = new AbortController()
-    const first = post(call('sleep 1; echo FIRST'), left.signal).catch(() => undefined)
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The first call runs until the retry has been refused; its client leaves once it has begun.
+    const held = await heldCommand('FIRST')
+    const first = post(call(held.command), left.signal).catch(() => undefined)
+    expect(await eventually(held.running)).toBe(true)
     left.abort()
     await first
     const retry = await post(call('echo SECOND'))
     expect(retry.status).toBe(400)
     expect(retry.text).not.toContain('FIRST')
-    // Once the first call has ended, the id is free again.
-    await new Promise((resolve) => setTimeout(resolve, 1200))
+    // Once the first call has ended (its process gone, its slot given back), the id is free again.
+    await held.release()
+    expect(await eventually(() => !held.running() && app.runtime.limiter.inFlight === 0)).toBe(true)
     const again = await post(call('echo THIRD'))
     expect(again.text).toContain('THIRD')
     expect(again.text).not.toContain('FIRST')
