@@ -3,6 +3,8 @@ import { chmod, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp, exec, tempDir } from '../helper.ts'
+import { eventually } from '../sources/helpers.ts'
+import { heldCommand } from '../support/held.ts'
 import { expectProblem } from '../support/problem.ts'
 
 describe('error table', () => {
@@ -114,23 +116,29 @@ describe('error table', () => {
 
   it('Overloaded 503: the limiter is full, with Retry-After', async () => {
     const app = await buildTestApp({ limits: { max_concurrent: 1, max_queue: 0, queue_timeout_ms: 2000 } })
-    const slow = exec(app, 'exec_shell', { command: 'sleep 1' })
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The call holds the only slot until the refusal is in.
+    const held = await heldCommand('done')
+    const slow = exec(app, 'exec_shell', { command: held.command })
+    expect(await eventually(() => app.runtime.limiter.inFlight === 1)).toBe(true)
     const refused = await exec(app, 'read_file', { path: 'x' })
     const body = expectProblem(refused, 503, 'Overloaded', 'read_file')
     expect(refused.headers['retry-after']).toBe('2')
     expect(body['detail']).toMatch(/concurrency limit/)
+    await held.release()
     expect((await slow).status).toBe(200)
   })
 
   it('Overloaded in a batch (answered 200): the batch carries the Retry-After of its refused calls', async () => {
     const app = await buildTestApp({ limits: { max_concurrent: 1, max_queue: 0, queue_timeout_ms: 2000 } })
-    const slow = exec(app, 'exec_shell', { command: 'sleep 1' })
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The call holds the only slot until the batch is answered.
+    const held = await heldCommand('done')
+    const slow = exec(app, 'exec_shell', { command: held.command })
+    expect(await eventually(() => app.runtime.limiter.inFlight === 1)).toBe(true)
     const batch = await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { format: 'anthropic', calls: [{ type: 'tool_use', id: 'a', name: 'read_file', input: { path: 'x' } }] } })
     expect(batch.statusCode).toBe(200)
     expect(batch.json().results).toMatchObject([{ id: 'a', ok: false, status: 503, error: { code: 'Overloaded' } }])
     expect(batch.headers['retry-after']).toBe('2')
+    await held.release()
     expect((await slow).status).toBe(200)
     // A batch with no call refused so has none.
     expect((await app.inject({ method: 'POST', url: '/v1/tool-calls', payload: { calls: [{ id: 'b', name: 'read_file', arguments: { path: 'x' } }] } })).headers['retry-after']).toBeUndefined()
