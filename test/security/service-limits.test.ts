@@ -6,6 +6,8 @@
 import { gzipSync } from 'node:zlib'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
+import { eventually } from '../sources/helpers.ts'
+import { heldCommand } from '../support/held.ts'
 
 /** What a problem body may add around its members (type, title, status, code, ids). */
 const ENVELOPE = 512
@@ -212,11 +214,19 @@ describe('tenants sharing the service limiter', () => {
       order.push(`${name} ${statusCode}`)
       return statusCode
     }
-    const running = noted('hog running', call('hog', 'sleep 1'))
-    await new Promise((resolve) => setTimeout(resolve, 200))
-    const queued = [noted('hog 1', call('hog', 'true')), noted('hog 2', call('hog', 'true'))]
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The running call holds the only slot until the queue is built: each step waits for the last to be in.
+    const held = await heldCommand('done')
+    const { limiter } = app.runtime
+    const running = noted('hog running', call('hog', held.command))
+    expect(await eventually(() => limiter.inFlight === 1)).toBe(true)
+    const queued = [noted('hog 1', call('hog', 'true'))]
+    expect(await eventually(() => limiter.queued === 1)).toBe(true)
+    queued.push(noted('hog 2', call('hog', 'true')))
+    expect(await eventually(() => limiter.queued === 2)).toBe(true)
     const other = noted('other', call('other', 'true'))
+    // The queue stays full as the other tenant comes in: what tells it is in is a call answered (which, the order says).
+    await eventually(() => order.length > 0)
+    await held.release()
     await Promise.all([running, ...queued, other])
     expect(order).toEqual(['hog 2 503', 'hog running 200', 'other 200', 'hog 1 200'])
   })
