@@ -13,6 +13,7 @@ import path from 'node:path'
 import { EventSource } from 'undici'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp, onCleanup, tempDir } from '../helper.ts'
+import { eventually } from '../sources/helpers.ts'
 import { alive, processesWith, survivorsWith, uniqueSleepSeconds } from '../support/processes.ts'
 
 type Json = Record<string, any>
@@ -163,7 +164,8 @@ describe('processes over REST', () => {
     const p = await start(s, 'w', `sleep ${uniqueSleepSeconds()}`)
     const stream = fetch(`${s.base}${procs('w')}/${p.id}/output`, { headers: { accept: 'text/event-stream' } }).then((response) => response.text())
     const poll = s.call('GET', `${procs('w')}/${p.id}/output?after=999999&wait_ms=30000`)
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // Both have reached the server (nothing else is under way) before it drains.
+    expect(await eventually(() => s.app.runtime.activeRequests === 2)).toBe(true)
     const drained = s.app.runtime.drain(60_000)
     const ended = (await poll).body['process']
     expect(ended).toMatchObject({ id: p.id, state: 'killed', signal: 'TERM' })
@@ -345,9 +347,12 @@ describe('processes over REST', () => {
         ids.push([`fill${w}`, id as string])
       }
     }
-    // Let the last end be recorded, and the oldest go.
-    await new Promise((resolve) => setTimeout(resolve, 200))
-    const statuses = await Promise.all(ids.map(async ([ws, id]) => (await s.call('GET', `${procs(ws)}/${id}`)).status))
+    // Once the last end is recorded, the oldest go: wait until two have gone, then look at them all.
+    let statuses: number[] = []
+    await eventually(async () => {
+      statuses = await Promise.all(ids.map(async ([ws, id]) => (await s.call('GET', `${procs(ws)}/${id}`)).status))
+      return statuses.filter((status) => status === 404).length >= 2
+    })
     expect(statuses).toEqual([404, 404, 200, 200, 200, 200, 200, 200, 200, 200])
     expect((await s.call('GET', procs('fill0'))).body['processes']).toEqual([])
   })
