@@ -8,7 +8,9 @@ import { mkdir, readlink, rename, rm, symlink, writeFile } from 'node:fs/promise
 import net from 'node:net'
 import path from 'node:path'
 import { describe, expect, it, vi } from 'vitest'
-import { buildTestApp, tempDir } from '../helper.ts'
+import { Limiter } from '../../src/execution/limiter.ts'
+import { buildTestApp, onCleanup, tempDir } from '../helper.ts'
+import { eventually } from '../sources/helpers.ts'
 import { expectProblem } from '../support/problem.ts'
 import { execAs, requestAs } from '../support/requests.ts'
 import { listening, mcpClient } from '../support/listening.ts'
@@ -332,14 +334,20 @@ describe('a tokens file', () => {
   it('answers 401 to a download its token\'s revocation cuts while it waits for a slot (not a 500 "cancelled")', async () => {
     const { file, publish } = await secretMount()
     await publish('..both', '- { token: first-token, tenant: acme }\n- { token: other-token, tenant: acme }\n')
+    // The downloads' limiter is the archive routes' own: it is found as the one the first download takes a slot of.
+    const acquire = vi.spyOn(Limiter.prototype, 'acquire')
+    onCleanup(async () => { acquire.mockRestore() })
     const app = await buildTestApp({ auth: { tokens_file: file }, limits: { max_concurrent: 1, queue_timeout_ms: 30_000 } })
     const base = await listening(app)
     expect((await execAs(app, 'first-token', 'exec_shell', { command: 'head -c 48000000 /dev/urandom > big' }, 'large')).status).toBe(200)
     // The only download slot is held by a client of the token that stays, which reads nothing yet.
     const holder = await fetch(`${base}/v1/workspaces/large/archive`, { headers: { authorization: 'Bearer first-token' } })
     expect(holder.status).toBe(200)
+    const downloads = (acquire.mock.contexts as Limiter[]).find((limiter) => limiter.options.name === 'archive downloads')
+    expect(downloads).toBeDefined()
     const queued = fetch(`${base}/v1/workspaces/large/archive`, { headers: { authorization: 'Bearer other-token' } })
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The token goes once the second download waits for the slot.
+    expect(await eventually(() => downloads?.queued === 1)).toBe(true)
     await publish('..one', '- { token: first-token, tenant: acme }\n')
     const answer = await queued
     expect(answer.status).toBe(401)
