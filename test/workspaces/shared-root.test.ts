@@ -197,6 +197,8 @@ describe('instances sharing a workspace root', () => {
     await a.create('acme', { id: 'busy' })
     const idle = await a.create('acme', { id: 'idle' })
     await b.find('acme', 'busy')
+    const file = path.join(a.root, 'tenants', 'acme', 'meta', `${directoryNameOf('busy')}.json`)
+    const saved = async (): Promise<number> => (JSON.parse(await readFile(file, 'utf8')) as { expiresAt: number }).expiresAt
     // Much later, `a` renews `busy` (a use); `b` only knows the old expiry.
     const later = Date.now() + 3_600_000
     const realNow = Date.now
@@ -204,7 +206,8 @@ describe('instances sharing a workspace root', () => {
     try {
       const lease = await a.acquire('acme', 'busy')
       await lease.release()
-      await new Promise((resolve) => setTimeout(resolve, 50))
+      // The renewal is written in the background: the sweep comes once it is on disk (tries counted, as Date.now stands still).
+      for (let i = 0; i < 100 && await saved() <= later; i++) await new Promise((resolve) => setTimeout(resolve, 20))
       expect(await b.sweep(later + 1000)).toBe(1)
     } finally {
       Date.now = realNow
