@@ -57,7 +57,9 @@ describe('process records', () => {
 describe('the home lock', () => {
   it('lets one holder at a time look and start, across instances (two stores on one root), and takes over one left by a dead holder', async () => {
     const root = await tempDir('toolport-home-lock-')
-    const [one, two] = [new ProcessRecords(() => root, { staleLockMs: 300 }), new ProcessRecords(() => root, { staleLockMs: 300 })]
+    // A live holder touches the lock every fifth of the stale time: a stale time of 1 s leaves a stalled event loop
+    // (a loaded machine) 800 ms, not 240, before a waiter would take a live lock.
+    const [one, two] = [new ProcessRecords(() => root, { staleLockMs: 1000 }), new ProcessRecords(() => root, { staleLockMs: 1000 })]
     const order: string[] = []
     const release = await one.holdHome('acme', 'w')
     const waiting = two.holdHome('acme', 'w').then((releaseTwo) => { order.push('two holds'); return releaseTwo })
@@ -73,13 +75,14 @@ describe('the home lock', () => {
     await expect(readdir(layout.processesDir('acme', 'w'))).rejects.toThrow(/ENOENT/)
 
     // A holder that died holding it (nothing touches it): once it has not changed for the stale time, one waiter
-    // of several takes it over, and they hold it one at a time.
+    // of several takes it over, and they hold it one at a time. (Stores with a short stale time, so that it comes soon.)
+    const quick = [new ProcessRecords(() => root, { staleLockMs: 300 }), new ProcessRecords(() => root, { staleLockMs: 300 })] as const
     const lock = layout.homeLock('acme', 'w')
     await mkdir(lock)
     let holding = 0
     let most = 0
     await Promise.all(Array.from({ length: 6 }, async (_, i) => {
-      const release = await (i % 2 === 0 ? one : two).holdHome('acme', 'w')
+      const release = await quick[i % 2]!.holdHome('acme', 'w')
       most = Math.max(most, ++holding)
       await new Promise((resolve) => setTimeout(resolve, 30))
       holding--
