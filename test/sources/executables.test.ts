@@ -8,7 +8,8 @@ import { ExecutableSource } from '../../src/sources/executables.ts'
 import type { AnyTool } from '../../src/execution/tool.ts'
 import { buildTestApp, exec, onCleanup, tempDir } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
-import { capturingLogger, describeJson, eventually, isAlive, placeTool, shTool, toolsDir } from './helpers.ts'
+import { alive } from '../support/processes.ts'
+import { capturingLogger, describeJson, eventually, placeTool, shTool, toolsDir } from './helpers.ts'
 
 type App = Awaited<ReturnType<typeof buildTestApp>>
 
@@ -187,7 +188,7 @@ describe('executable tool calls', () => {
     expect(body['detail']).toMatch(/timed out after 1s/)
     const pid = Number((await exec(app, 'read_file', { path: 'pid' }, { workspace: 'slow' })).body.result.content)
     expect(pid).toBeGreaterThan(1)
-    expect(await eventually(() => !isAlive(pid))).toBe(true)
+    expect(await eventually(async () => !(await alive(pid)))).toBe(true)
   })
 
   it('sets SHELLCLAW_STUB=1 for every executable when tools.stub is true, and only then', async () => {

@@ -65,13 +65,3 @@ export async function eventually (probe: () => Promise<boolean> | boolean, timeo
     await new Promise((resolve) => setTimeout(resolve, 50))
   }
 }
-
-/** Whether a process with this pid exists. */
-export function isAlive (pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}

@@ -9,10 +9,11 @@ import { describe, expect, it } from 'vitest'
 import { exec, tempDir } from '../helper.ts'
 import { FAIL_TEXT, LONG_TOOL_NAME } from '../fixtures/mcp-server.mjs'
 import { expectProblem } from '../support/problem.ts'
+import { alive } from '../support/processes.ts'
 import { freePort } from '../support/server-process.ts'
 import { parseConfig } from '../../src/config.ts'
 import { McpClientSource } from '../../src/sources/mcp-client.ts'
-import { capturingLogger, eventually, isAlive } from './helpers.ts'
+import { capturingLogger, eventually } from './helpers.ts'
 import { catalogNames, EVERYTHING, FIXTURE, mcpApp, statsOf, stdioFixture, textOf } from './mcp-helpers.ts'
 
 const FIXTURE_TOOLS = ['add', 'crash', 'echo', 'env', 'fail', 'grow', 'slow', 'stats', 'storm']
@@ -127,7 +128,7 @@ describe('MCP servers over stdio', () => {
     await writeFile(down, '')
     const crashed = expectProblem(await exec(app, 'fx__crash', {}), 500, 'ExecutionFailed', 'fx__crash')
     expect(crashed['detail']).toMatch(/MCP server fx/)
-    expect(await eventually(() => !isAlive(first.pid))).toBe(true)
+    expect(await eventually(async () => !(await alive(first.pid)))).toBe(true)
     const meanwhile = expectProblem(await exec(app, 'fx__echo', { text: 'x' }), 500, 'ExecutionFailed', 'fx__echo')
     expect(meanwhile['detail']).toBe('MCP server fx is not connected')
     expect((await app.inject({ method: 'GET', url: '/readyz' })).json().mcp_servers).toEqual({ fx: 'down' })
@@ -176,18 +177,18 @@ describe('MCP servers over stdio', () => {
   it('closes every session at shutdown: the server processes are gone', async () => {
     const app = await mcpApp({ a: stdioFixture(), b: stdioFixture() })
     const pids = [(await statsOf(app, 'a')).pid, (await statsOf(app, 'b')).pid]
-    expect(pids.every(isAlive)).toBe(true)
+    expect(await Promise.all(pids.map(alive))).toEqual([true, true])
     await app.close()
     expect(app.runtime.mcpStates()).toEqual({ a: 'closed', b: 'closed' })
-    expect(pids.filter(isAlive)).toEqual([])
+    expect(await Promise.all(pids.map(alive))).toEqual([false, false])
   })
 
   it('ends what a stdio server started with it at shutdown (the SDK ends only the server\'s own process)', async () => {
     const app = await mcpApp({ odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'], internal_only: false } })
     const helper = Number(textOf((await exec(app, 'odd__helper', {})).body.result))
-    expect(isAlive(helper)).toBe(true)
+    expect(await alive(helper)).toBe(true)
     await app.close()
-    expect(await eventually(() => !isAlive(helper))).toBe(true)
+    expect(await eventually(async () => !(await alive(helper)))).toBe(true)
   })
 
   it('works with the published @modelcontextprotocol/server-everything', async () => {

@@ -10,10 +10,11 @@ import type { AddressInfo } from 'node:net'
 import { describe, expect, it } from 'vitest'
 import { exec, onCleanup } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
+import { alive } from '../support/processes.ts'
 import { parseConfig } from '../../src/config.ts'
 import { McpClientSource } from '../../src/sources/mcp-client.ts'
 import { boundedFetch, MAX_MESSAGE_BYTES } from '../../src/sources/mcp-fetch.ts'
-import { capturingLogger, eventually, isAlive } from './helpers.ts'
+import { capturingLogger, eventually } from './helpers.ts'
 import { FIXTURE, mcpApp, textOf } from './mcp-helpers.ts'
 
 interface Hostile { url: string, written: () => number, openAnswers: () => number, notifications: string[] }
@@ -170,17 +171,17 @@ describe('a stdio server that exits by itself', () => {
   it('takes what it started with it (its process group is ended)', async () => {
     const app = await mcpApp({ odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'], internal_only: false } })
     const helper = Number(textOf((await exec(app, 'odd__helper', {})).body.result))
-    expect(isAlive(helper)).toBe(true)
+    expect(await alive(helper)).toBe(true)
     expectProblem(await exec(app, 'odd__crash', {}), 500, 'ExecutionFailed', 'odd__crash')
-    expect(await eventually(() => !isAlive(helper))).toBe(true)
+    expect(await eventually(async () => !(await alive(helper)))).toBe(true)
   })
 
   it('is seen gone, and its group ended, also when a child holds its stdio open', async () => {
     const app = await mcpApp({ odd: { command: process.execPath, args: [FIXTURE, 'stdio', 'odd'], internal_only: false, timeout_ms: 3000 } })
     const helper = Number(textOf((await exec(app, 'odd__clinging_helper', {})).body.result))
-    expect(isAlive(helper)).toBe(true)
+    expect(await alive(helper)).toBe(true)
     await exec(app, 'odd__crash', {})
-    expect(await eventually(() => !isAlive(helper))).toBe(true)
+    expect(await eventually(async () => !(await alive(helper)))).toBe(true)
     // Reconnected: a new server answers.
     expect(await eventually(async () => (await exec(app, 'odd__helper', {})).status === 200, 10_000)).toBe(true)
   })
