@@ -23,6 +23,7 @@ export interface RunningServer {
   base: string
   child: ChildProcess
   output: () => string
+  /** Settles once the process has exited and its stdout and stderr have ended (output() then holds all of them). */
   exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
 }
 
@@ -45,7 +46,8 @@ export async function startServer (config: Record<string, unknown> | null, env: 
   })
   child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
   child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  const exited = new Promise<{ code: number | null, signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
+  // On 'close', not 'exit': once the process has exited and its stdout and stderr have ended, so that output() has all it wrote.
+  const exited = new Promise<{ code: number | null, signal: NodeJS.Signals | null }>((resolve) => child.once('close', (code, signal) => resolve({ code, signal })))
   onCleanup(async () => {
     if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGKILL')
@@ -59,7 +61,11 @@ export async function startServer (config: Record<string, unknown> | null, env: 
 export async function waitReady (server: RunningServer, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
-    if (server.child.exitCode !== null) throw new Error(`server exited: ${server.output()}`)
+    if (server.child.exitCode !== null) {
+      // What it wrote last (why it exited) may still be on its way: the error waits for all of it.
+      await server.exited
+      throw new Error(`server exited: ${server.output()}`)
+    }
     try {
       const response = await fetch(`${server.base}/readyz`, { signal: AbortSignal.timeout(1000) })
       if (response.status === 200) return
