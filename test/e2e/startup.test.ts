@@ -138,7 +138,11 @@ describe('starting the built server', () => {
     })
     expect(await response.json()).toMatchObject({ result: { exit_code: 0, stdout: '65534\ntoolport-sandbox\n' } })
     // The log says so in order: listening first, the sandbox chosen after (lines leave in batches: wait for it).
-    const messages = () => server.output().split('\n').filter((line) => line.startsWith('{')).map((line) => (JSON.parse(line) as { msg: string }).msg)
+    // Only whole lines of stdout: a chunk may end inside one, and stderr's chunks are not log lines.
+    const messages = () => {
+      const text = server.stdout()
+      return text.slice(0, text.lastIndexOf('\n') + 1).split('\n').filter((line) => line.startsWith('{')).map((line) => (JSON.parse(line) as { msg: string }).msg)
+    }
     const logged = Date.now() + 5000
     while (!messages().some((msg) => msg.startsWith('sandbox chosen')) && Date.now() < logged) await new Promise((resolve) => setTimeout(resolve, 20))
     const lines = messages()

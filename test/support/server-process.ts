@@ -22,7 +22,10 @@ export function freePort (): Promise<number> {
 export interface RunningServer {
   base: string
   child: ChildProcess
+  /** What it wrote to stdout and stderr, as the chunks came (a line of one may be split by the other's). */
   output: () => string
+  /** What it wrote to stdout alone (its log lines), as far as it has come. */
+  stdout: () => string
   /** Settles once the process has exited and its stdout and stderr have ended (output() then holds all of them). */
   exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
 }
@@ -38,13 +41,17 @@ export async function startServer (config: Record<string, unknown> | null, env: 
   const fullConfig = config === null ? null : { workspaces: { root: path.join(dir, 'workspaces') }, ...config }
   if (fullConfig) await writeFile(file, JSON.stringify(fullConfig))
   let output = ''
+  let stdout = ''
   const child = spawn(process.execPath, [SERVER_ENTRY], {
     // Its own directory, not the checkout: what a server writes beside it (V8's isolate log when profiled) lands there.
     cwd: dir,
     env: { PATH: process.env['PATH'] ?? '', HOST: '127.0.0.1', PORT: String(port), ...(fullConfig ? { TOOLPORT_CONFIG: file } : {}), ...env },
     stdio: ['ignore', 'pipe', 'pipe', ...Array.from({ length: Math.max(2, ...Object.keys(inherit).map(Number)) - 2 }, (_, i) => inherit[i + 3] ?? 'ignore')],
   })
-  child.stdout?.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  child.stdout?.on('data', (chunk: Buffer) => {
+    output += chunk.toString()
+    stdout += chunk.toString()
+  })
   child.stderr?.on('data', (chunk: Buffer) => { output += chunk.toString() })
   // On 'close', not 'exit': once the process has exited and its stdout and stderr have ended, so that output() has all it wrote.
   const exited = new Promise<{ code: number | null, signal: NodeJS.Signals | null }>((resolve) => child.once('close', (code, signal) => resolve({ code, signal })))
@@ -54,7 +61,7 @@ export async function startServer (config: Record<string, unknown> | null, env: 
       await exited
     }
   })
-  return { base: `http://127.0.0.1:${port}`, child, output: () => output, exited }
+  return { base: `http://127.0.0.1:${port}`, child, output: () => output, stdout: () => stdout, exited }
 }
 
 /** Polls /readyz until 200 (or the process exits, or 15 s pass). */
