@@ -56,6 +56,8 @@ export class Limiter {
   /** Waits for a slot for `owner`; resolves to the function that gives it back (call it once). */
   acquire (signal?: AbortSignal, owner?: string): Promise<Release> {
     if (this.#closed) return Promise.reject(this.#rejection('the service is shutting down'))
+    // Cancelled already (its client gone, its token revoked on the way here): no 'abort' will come to end a wait.
+    if (signal?.aborted) return Promise.reject(abortReason(signal) ?? new ToolError('ExecutionFailed', 'the call was cancelled'))
     if (this.#running < this.options.maxConcurrent) {
       this.#running++
       return Promise.resolve(this.#releaser(owner))

@@ -85,6 +85,17 @@ describe('Limiter', () => {
     expect(limiter.inFlight).toBe(0)
   })
 
+  it('refuses a request cancelled before it asks, at once, whether a slot is free or it would queue', async () => {
+    const limiter = new Limiter({ name: 'service', maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 60_000 })
+    const cancelled = AbortSignal.abort(new ToolError('Unauthorized', 'the token was revoked'))
+    expect(((await limiter.acquire(cancelled).catch((e: unknown) => e)) as ToolError).code).toBe('Unauthorized')
+    expect(limiter.inFlight).toBe(0)
+    const release = await limiter.acquire()
+    expect(((await limiter.acquire(AbortSignal.abort()).catch((e: unknown) => e)) as ToolError).code).toBe('ExecutionFailed')
+    expect(limiter.queued).toBe(0)
+    release()
+  })
+
   it('refuses everything once closed, holders finishing normally', async () => {
     const limiter = new Limiter({ name: 'service', maxConcurrent: 1, maxQueue: 5, queueTimeoutMs: 5000 })
     const release = await limiter.acquire()
