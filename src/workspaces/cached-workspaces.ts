@@ -81,6 +81,6 @@ export class CachedWorkspaces {
 }
 
 /** The metadata of a cached workspace, as it goes to disk. */
-export function metaOf ({ tenant, id, createdAt, expiresAt, ttlSeconds, incarnation }: CachedWorkspace): WorkspaceMeta {
-  return { tenant, id, createdAt, expiresAt, ttlSeconds, incarnation }
+export function metaOf ({ tenant, id, createdAt, expiresAt, ttlSeconds, incarnation, recovered }: CachedWorkspace): WorkspaceMeta {
+  return { tenant, id, createdAt, expiresAt, ttlSeconds, incarnation, recovered }
 }

@@ -11,9 +11,10 @@
  * A metadata file is claimed with an exclusive create, so two instances
  * creating the same id cannot both win; renewals replace it atomically.
  */
-import { createHash, randomUUID } from 'node:crypto'
+import { randomUUID } from 'node:crypto'
 import { access, chmod, link, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { CrashLeftRecords } from './crash-left-meta.ts'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
 import { absentOrThrow, readTextIfPresent } from './read-if-present.ts'
@@ -30,6 +31,8 @@ export interface WorkspaceMeta {
    * instance). Absent from records written before it was.
    */
   incarnation?: string
+  /** Written again for a file a crash left without its record (crash-left-meta.ts): its creation and incarnation are made up. */
+  recovered?: true
 }
 
 /** The name of a workspace's metadata file in its tenant's directory. */
@@ -42,17 +45,11 @@ export const metaFileName = (id: string): string => `${directoryNameOf(id)}.json
  * record without it.
  */
 export function sameWorkspace (a: WorkspaceMeta, b: WorkspaceMeta): boolean {
+  // A record written again after a crash is the workspace's, whichever it was: its own identity is lost.
+  if (a.recovered === true || b.recovered === true) return true
   if (a.createdAt !== b.createdAt) return false
   return a.incarnation === undefined || b.incarnation === undefined || a.incarnation === b.incarnation
 }
-
-/**
- * How old a metadata file that holds no record must be to be taken for what
- * a crash left (an empty or cut file: it is written without fsync) and
- * written again. A younger one may be a record being written in place, on a
- * volume without hard links.
- */
-const CRASH_LEFT_AFTER_MS = 10_000
 
 /** A metadata file that is there but holds no record. */
 const CORRUPT = Symbol('corrupt')
@@ -60,12 +57,12 @@ const CORRUPT = Symbol('corrupt')
 /** Where the workspaces and their metadata live under one root. */
 export class WorkspaceLayout {
   readonly root: string
-  /** The TTL a record written again for a crash's leftover gets. */
-  readonly #ttlSeconds: number
+  readonly #crashLeft: CrashLeftRecords
 
-  constructor (root: string, ttlSeconds = 3600) {
+  /** `ttlSeconds`: what a record written again after a crash gets (process records read none). */
+  constructor (root: string, ttlSeconds = 3600, crashLeftAfterMs?: number) {
     this.root = root
-    this.#ttlSeconds = ttlSeconds
+    this.#crashLeft = new CrashLeftRecords(ttlSeconds, crashLeftAfterMs)
   }
 
   workspaceDir (tenant: string, id: string): string {
@@ -159,26 +156,17 @@ export class WorkspaceLayout {
 
   /**
    * The metadata of one workspace, or null when there is none (or it holds
-   * no record yet). A file that holds none long after it was written (empty
-   * or cut short by a crash) is written again, so that the workspace can be
-   * used, deleted and expire: made when the file was last written, with the
-   * default TTL from then.
+   * no record yet). A file a crash left without its record is written
+   * again once it has stayed so a while (crash-left-meta.ts).
    */
   async read (tenant: string, id: string): Promise<WorkspaceMeta | null> {
     const file = this.metaFile(tenant, id)
     const found = await readMeta(file)
-    return found === CORRUPT ? this.#rewrite(tenant, id, file) : found
-  }
-
-  /** Writes again the record of a crash's leftover `file` (null when it may still be being written). */
-  async #rewrite (tenant: string, id: string, file: string): Promise<WorkspaceMeta | null> {
-    const written = await stat(file).then((info) => Math.floor(info.mtimeMs), absentOrThrow(null))
-    if (written === null || Date.now() - written < CRASH_LEFT_AFTER_MS) return null
-    // The same record whichever instance writes it: each takes the others' for its own.
-    const incarnation = createHash('sha256').update(JSON.stringify([tenant, id, written])).digest('hex').slice(0, 32)
-    const meta = { tenant, id, createdAt: written, expiresAt: written + this.#ttlSeconds * 1000, ttlSeconds: this.#ttlSeconds, incarnation }
-    await this.save(meta)
-    return meta
+    if (found !== CORRUPT) {
+      this.#crashLeft.forget(file)
+      return found
+    }
+    return this.#crashLeft.recover(file, tenant, id)
   }
 
   /** Whether the metadata file is there (unreadable counts as there: only a sure absence is a removal). */

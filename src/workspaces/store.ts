@@ -53,6 +53,8 @@ export interface WorkspaceStoreOptions {
   maxWorkspacesOf?: (tenant: string) => number
   /** How long a cached workspace is trusted before its metadata is read again (another instance may have deleted it). */
   recheckMs?: number
+  /** How long a metadata file a crash left without its record must stay so before it is written again (crash-left-meta.ts). */
+  crashLeftAfterMs?: number
 }
 
 /**
@@ -131,7 +133,7 @@ export class WorkspaceStore {
   /** Creates the roots, forgets stale ephemeral dirs, empties the trash, starts the sweeper. */
   async init (): Promise<void> {
     await mkdir(this.#options.root, { recursive: true, mode: 0o700 })
-    this.#layout = new WorkspaceLayout(await realpath(this.#options.root), this.#options.ttlSeconds)
+    this.#layout = new WorkspaceLayout(await realpath(this.#options.root), this.#options.ttlSeconds, this.#options.crashLeftAfterMs)
     // A root that cannot be written (a read-only mount) would serve reads and answer every write with a 500.
     await access(this.#layout.root, constants.W_OK)
     const notPrivate = await this.#layout.makePrivate()

@@ -1,8 +1,10 @@
 /**
  * A workspace whose metadata file a crash left empty or cut short (it is
- * written without fsync): once the file is old enough not to be a record
- * being written, it is written again, so that the workspace can be used,
- * deleted and expire, and no longer counts against the quota for good.
+ * written without fsync): once the file has stayed so a while, by the
+ * instance's own clock, its record is written again, so that the workspace
+ * can be used, deleted and expire, and no longer counts against the quota
+ * for good; an instance that held the workspace all along keeps it as it
+ * was, processes and all.
  */
 import { existsSync } from 'node:fs'
 import { readFile, utimes, writeFile } from 'node:fs/promises'
@@ -15,9 +17,11 @@ import { ToolError } from '../../src/errors.ts'
 import { onCleanup, tempDir } from '../support/temp.ts'
 
 const TTL_SECONDS = 600
+/** How long a file must stay without its record here (the service waits 10 s). */
+const AFTER_MS = 200
 
 async function store (root: string, maxWorkspaces = Infinity): Promise<WorkspaceStore> {
-  const s = new WorkspaceStore({ root, ttlSeconds: TTL_SECONDS, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }), recheckMs: 0, maxWorkspacesOf: () => maxWorkspaces })
+  const s = new WorkspaceStore({ root, ttlSeconds: TTL_SECONDS, sweepIntervalSeconds: 3600, log: pino({ level: 'silent' }), recheckMs: 0, maxWorkspacesOf: () => maxWorkspaces, crashLeftAfterMs: AFTER_MS })
   await s.init()
   onCleanup(async () => s.close())
   return s
@@ -25,6 +29,8 @@ async function store (root: string, maxWorkspaces = Infinity): Promise<Workspace
 
 const codeOf = async (promise: Promise<unknown>): Promise<string> =>
   promise.then(() => 'ok', (error: unknown) => (error instanceof ToolError ? error.code : String(error)))
+
+const waitOut = async (): Promise<void> => new Promise((resolve) => setTimeout(resolve, AFTER_MS + 50))
 
 /** Makes `id` of tenant `t` with a file in it, then leaves its metadata as a crash would (`text`), last written `ageMs` ago. */
 async function crashLeft (s: WorkspaceStore, id: string, text: string, ageMs: number): Promise<{ dir: string, meta: string }> {
@@ -39,19 +45,26 @@ async function crashLeft (s: WorkspaceStore, id: string, text: string, ageMs: nu
 
 describe('a workspace whose metadata a crash left empty or cut short', () => {
   for (const [what, text] of [['empty', ''], ['cut short', '{"tenant":"t","id":"w",'], ['not a record', '[]']] as const) {
-    it(`(${what}) is found again with its files once the file is old enough, and can be deleted`, async () => {
+    it(`(${what}) is found again with its files once the file stayed so a while, and can be deleted`, async () => {
       const s = await store(await tempDir('toolport-crash-'))
+      const removals: string[] = []
+      s.onRemoval(async (dir) => { removals.push(dir) })
       const { dir, meta } = await crashLeft(s, 'w', text, 60_000)
-      // A restart: a second instance on the root knows only the disk.
+      // A restart: a second instance on the root knows only the disk. It first sees the file so, and waits.
       const other = await store(s.root)
+      expect(await codeOf(other.find('t', 'w'))).toBe('NotFound')
+      await waitOut()
       const found = await other.find('t', 'w')
       expect(found.dir).toBe(dir)
       expect(await readFile(path.join(found.dir, 'kept.txt'), 'utf8')).toBe('kept')
       // Made when its file was last written, with the default TTL from then; written down so for every instance.
       expect(found.expiresAt - found.createdAt).toBe(TTL_SECONDS * 1000)
       expect(Math.abs(found.createdAt - (Date.now() - 60_000))).toBeLessThan(5_000)
-      expect(JSON.parse(await readFile(meta, 'utf8'))).toMatchObject({ tenant: 't', id: 'w', createdAt: found.createdAt, ttlSeconds: TTL_SECONDS })
-      expect((await s.find('t', 'w')).incarnation).toBe(found.incarnation)
+      expect(JSON.parse(await readFile(meta, 'utf8'))).toMatchObject({ tenant: 't', id: 'w', createdAt: found.createdAt, ttlSeconds: TTL_SECONDS, recovered: true })
+      // The instance that made it takes the record for its own workspace: nothing of it ended.
+      const held = await s.find('t', 'w')
+      expect(held.dir).toBe(dir)
+      expect(removals).toEqual([])
       await other.delete('t', 'w')
       expect(existsSync(meta)).toBe(false)
       expect(await codeOf(s.find('t', 'w'))).toBe('NotFound')
@@ -63,18 +76,25 @@ describe('a workspace whose metadata a crash left empty or cut short', () => {
     const { dir, meta } = await crashLeft(s, 'old', '', (TTL_SECONDS + 60) * 1000)
     const other = await store(s.root, 1)
     expect(await codeOf(other.create('t', { id: 'next' }))).toBe('PermissionDenied')
+    // The first sweep sees the file so; one after the wait writes it again, expired, and removes the workspace.
+    expect(await other.sweep()).toBe(0)
+    await waitOut()
     expect(await other.sweep()).toBe(1)
     expect(existsSync(meta)).toBe(false)
     expect(existsSync(dir)).toBe(false)
     expect(await codeOf(other.create('t', { id: 'next' }))).toBe('ok')
   })
 
-  it('is left as it is while it may be a record being written (a volume without hard links writes in place)', async () => {
+  it('is left to its writer while it changes (a record being written in place, on a volume without hard links)', async () => {
     const s = await store(await tempDir('toolport-crash-'))
     const { meta } = await crashLeft(s, 'young', '', 0)
     const other = await store(s.root)
     expect(await codeOf(other.find('t', 'young'))).toBe('NotFound')
+    // Still being written: it changed since it was first seen.
+    await waitOut()
+    await writeFile(meta, '{"tenant":')
+    expect(await codeOf(other.find('t', 'young'))).toBe('NotFound')
     expect(await codeOf(other.create('t', { id: 'young' }))).toBe('Conflict')
-    expect(await readFile(meta, 'utf8')).toBe('')
+    expect(await readFile(meta, 'utf8')).toBe('{"tenant":')
   })
 })
