@@ -182,8 +182,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
 /** Whether a query string's escapes decode, and to UTF-8 text (`%E9` alone is no character). */
 function isPercentEncodedText (query: string): boolean {
   try {
-    decodeURIComponent(query)
-    return true
+    // The result is used: a bundler takes a call to a built-in whose result is dropped for one without effects, and drops it.
+    return typeof decodeURIComponent(query) === 'string'
   } catch {
     return false
   }

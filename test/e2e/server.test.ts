@@ -125,6 +125,17 @@ describe('the built server', () => {
     expect(await server.exited).toEqual({ code: 0, signal: null })
   })
 
+  it('refuses a query string that does not decode to UTF-8, as built (a bundler once dropped the check)', async () => {
+    const server = await startServer({ sandbox: { mode: 'none' } })
+    await waitReady(server)
+    for (const query of ['toolport_workspace=caf%E9', 'a=%', 'a=%ED%A0%80']) {
+      const answer = await fetch(`${server.base}/v1/tools/list_directory/invoke?${query}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"path":"."}' })
+      expect(answer.status, query).toBe(400)
+      expect(await answer.json()).toMatchObject({ code: 'BadRequest', detail: 'malformed URL: the query string is not percent-encoded UTF-8' })
+    }
+    expect((await fetch(`${server.base}/v1/tools/list_directory/invoke?toolport_workspace=caf%C3%A9+x`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"path":"."}' })).status).toBe(200)
+  })
+
   it('--help names every variable the start reads, and exits 0', () => {
     const help = execFileSync(process.execPath, [SERVER_ENTRY, '--help'], { encoding: 'utf8', timeout: 10_000 })
     for (const name of ['--config', 'TOOLPORT_CONFIG', 'HOST', 'PORT', 'TOOLPORT_ADVERTISE_URL', 'TOOLPORT_TOKENS_FILE', 'OTEL_EXPORTER_OTLP_ENDPOINT']) expect(help).toContain(name)

@@ -33,9 +33,9 @@ describe('request problems', () => {
     }
     expect((await app.inject({ method: 'GET', url: '/v1/workspaces/caf%25E9' })).statusCode).toBe(404)
     // Escapes of UTF-8 text, and a plus for a space, are a query like any other.
-    const fine = await send(app, 'POST', '/v1/tools/list_directory/invoke?toolport_workspace=caf%C3%A9', '{"path":"."}', { 'content-type': 'application/json' })
+    const fine = await send(app, 'POST', '/v1/tools/list_directory/invoke?toolport_workspace=caf%C3%A9+x%2By', '{"path":"."}', { 'content-type': 'application/json' })
     expect(fine.status).toBe(200)
-    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/caf%C3%A9' })).statusCode).toBe(200)
+    expect((await app.inject({ method: 'GET', url: '/v1/workspaces/caf%C3%A9%20x%2By' })).statusCode).toBe(200)
   })
 
   it('asks for a Bearer token on every 401', async () => {
