@@ -64,10 +64,11 @@ export interface FoundProcess {
   startedAt: string
 }
 
-/** When `pid` started (clock ticks since boot, /proc/PID/stat field 22); '' when it is gone. */
+/** When `pid` started (clock ticks since boot, /proc/PID/stat field 22); '' when it is gone, or has ended and waits to be reaped (a zombie). */
 function startTimeOf (pid: number): string {
   try {
-    return statFields(readFileSync(`/proc/${pid}/stat`, 'utf8'))[19] ?? ''
+    const fields = statFields(readFileSync(`/proc/${pid}/stat`, 'utf8'))
+    return fields[0] === 'Z' || fields[0] === 'X' ? '' : fields[19] ?? ''
   } catch {
     return ''
   }

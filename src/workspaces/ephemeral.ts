@@ -18,11 +18,13 @@ import { removeTree } from './remove-tree.ts'
 import { forgetUsage, startUsage } from './usage.ts'
 
 /**
- * The root's owner, `{host, pid, startedAt, instance}`: a second instance given the
- * same root (the default, `<root>/ephemeral`, on a shared root) would empty
- * it under the first. One on this host that is still running is refused at
- * start; one elsewhere, which no process table shows, is seen by the first
- * instance's next sweep, which then removes nothing and says why.
+ * The root's owner, `{host, pid, startedAt, instance}`: a second instance
+ * given the same root (the default, `<root>/ephemeral`, on a shared root)
+ * would empty it under the first as it starts. One on this host that is
+ * still running is refused at start. One elsewhere, which no process table
+ * shows, is told of in the log by the first instance's next sweep; from
+ * then on each removes only what it made (a sweep takes only the names of
+ * its own instance), so that only the start emptied the other's.
  */
 const OWNER_FILE = '.owner'
 
@@ -41,10 +43,12 @@ export class EphemeralWorkspaces {
   readonly #log: Logger
   #root = ''
   /** Workspaces leased and not yet removed, by name: a sweep leaves them alone. */
-  readonly #busy = new Set<string>([OWNER_FILE])
+  readonly #busy = new Set<string>()
   readonly #owner: Owner = { host: os.hostname(), pid: process.pid, startedAt: foundProcess(process.pid)?.startedAt ?? '', instance: randomUUID() }
-  /** Another instance has taken the root: this one no longer sweeps it. */
-  #ousted = false
+  /** What the names of this instance's workspaces begin with: a sweep removes only those. */
+  readonly #prefix = `${this.#owner.instance.slice(0, 8)}-`
+  /** Another instance's taking of the root has been logged. */
+  #toldOfOther = false
 
   constructor (log: Logger) {
     this.#log = log
@@ -65,15 +69,20 @@ export class EphemeralWorkspaces {
     if (running) {
       throw new ConfigError(`workspaces.ephemeral_root ${this.#root} is in use by another running instance (pid ${owner?.pid}): give each instance its own, as it is emptied at start`)
     }
+    await this.#writeOwner()
+    // Whatever an instance before left: what a crash or a cut removal left behind.
+    await this.#remove((name) => !name.startsWith(OWNER_FILE))
+  }
+
+  async #writeOwner (): Promise<void> {
     const temp = path.join(this.#root, `${OWNER_FILE}.${this.#owner.instance}`)
     await writeFile(temp, JSON.stringify(this.#owner), { mode: 0o600 })
     await rename(temp, path.join(this.#root, OWNER_FILE))
-    await this.sweep()
   }
 
   /** A fresh, empty workspace that disappears on release. */
   async lease (): Promise<WorkspaceLease> {
-    const name = randomUUID()
+    const name = `${this.#prefix}${randomUUID()}`
     const dir = path.join(this.#root, name)
     this.#busy.add(name)
     try {
@@ -92,7 +101,7 @@ export class EphemeralWorkspaces {
         if (released) return
         released = true
         forgetUsage(dir)
-        await this.#remove(name)
+        await this.#removeOne(name)
         this.#busy.delete(name)
       },
     }
@@ -111,20 +120,27 @@ export class EphemeralWorkspaces {
     return dir
   }
 
-  /** Removes every workspace under the root that no lease holds (leftovers of failed removals, or of a crash). */
+  /** Removes this instance's workspaces that no lease holds (leftovers of failed removals), and says so if another instance has taken the root. */
   async sweep (): Promise<void> {
-    if (this.#ousted) return
     const owner = await this.#readOwner().catch(() => this.#owner)
-    if (owner?.instance !== this.#owner.instance) {
-      this.#ousted = true
-      this.#log.error({ dir: this.#root, owner }, 'another instance has taken workspaces.ephemeral_root: this one no longer removes anything in it; give each instance its own')
-      return
+    if (owner === undefined) {
+      // Removed or spoilt (by hand, by a cleaner of the temp directory): this instance's again.
+      this.#log.warn({ dir: this.#root }, 'the record of the ephemeral root\'s owner was missing or unreadable; written again')
+      await this.#writeOwner().catch(() => {})
+    } else if (owner.instance !== this.#owner.instance && !this.#toldOfOther) {
+      this.#toldOfOther = true
+      this.#log.error({ dir: this.#root, owner }, 'another instance has taken workspaces.ephemeral_root (it emptied it as it started): give each instance its own')
     }
+    await this.#remove((name) => name.startsWith(this.#prefix))
+  }
+
+  /** Removes the entries `chosen` names that no lease holds. */
+  async #remove (chosen: (name: string) => boolean): Promise<void> {
     const names = await readdir(this.#root).catch(() => [] as string[])
     for (const name of names) {
-      if (this.#busy.has(name)) continue
+      if (this.#busy.has(name) || !chosen(name)) continue
       this.#busy.add(name)
-      await this.#remove(name)
+      await this.#removeOne(name)
       this.#busy.delete(name)
     }
   }
@@ -139,7 +155,7 @@ export class EphemeralWorkspaces {
   }
 
   /** Never by path: what ran there may have left symlinks, or be swapping them still. Failures wait for the next sweep. */
-  async #remove (name: string): Promise<void> {
+  async #removeOne (name: string): Promise<void> {
     await removeTree(path.join(this.#root, name)).catch((error: unknown) => {
       this.#log.error({ err: error, dir: path.join(this.#root, name) }, 'could not remove an ephemeral workspace yet; it is tried again on the next sweep')
     })

@@ -35,3 +35,21 @@ describe('processes found, then signalled', () => {
     expect(alive(sleeper)).toBe(false)
   })
 })
+
+describe('a process that has ended', () => {
+  it('is not found while it waits to be reaped (a zombie), as it is not once gone', async () => {
+    // `sleep 0.1` is left to a parent that never waits for it (sh replaced by a long sleep): it stays a zombie.
+    const parent = spawn('/bin/sh', ['-c', 'sleep 0.1 & echo $!; exec sleep 5'], { stdio: ['ignore', 'pipe', 'ignore'] })
+    const [line] = await once(parent.stdout, 'data') as [Buffer]
+    const zombie = Number(line.toString().trim())
+    try {
+      expect(foundProcess(zombie)).toBeDefined()
+      for (let waited = 0; foundProcess(zombie) !== undefined && waited < 5000; waited += 20) await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(foundProcess(zombie)).toBeUndefined()
+      // Still in the process table, as a zombie.
+      expect(alive(zombie)).toBe(true)
+    } finally {
+      parent.kill('SIGKILL')
+    }
+  })
+})

@@ -1,12 +1,13 @@
 /**
- * The ephemeral root belongs to one instance, which empties it at start and
- * on every sweep: a second instance given the same root (the default one,
- * on a shared workspace root) is refused at start when it runs on this
- * host (test/e2e/server.test.ts starts two), and one elsewhere makes the
- * first stop removing anything there, saying why.
+ * The ephemeral root belongs to one instance, which empties it at start: a
+ * second instance given the same root (the default one, on a shared
+ * workspace root) is refused at start when it runs on this host
+ * (test/e2e/server.test.ts starts two), and one elsewhere is told of in the
+ * log. A sweep removes only what its own instance made, so an instance
+ * never removes another's workspaces after its start.
  */
 import { existsSync } from 'node:fs'
-import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { ConfigError } from '../../src/config.ts'
@@ -15,23 +16,43 @@ import { capturingLogger } from '../sources/helpers.ts'
 import { tempDir } from '../support/temp.ts'
 
 describe('the owner of an ephemeral root', () => {
-  it('is written at start; an instance elsewhere that takes the root over makes this one stop removing there, said once', async () => {
+  it('empties the root at start; a sweep removes only its own leftovers, and says once that another instance took the root', async () => {
+    const root = await tempDir('toolport-ephemeral-')
+    await mkdir(path.join(root, 'left-by-an-instance-before'))
+    const { log, lines } = capturingLogger()
+    const here = new EphemeralWorkspaces(log)
+    await here.init(root)
+    expect(existsSync(path.join(root, 'left-by-an-instance-before'))).toBe(false)
+    const owner = JSON.parse(await readFile(path.join(root, '.owner'), 'utf8')) as Record<string, unknown>
+    expect(owner).toMatchObject({ pid: process.pid, startedAt: expect.stringMatching(/^\d+$/), instance: expect.any(String) })
+    // A workspace of its own whose removal failed, by the name its leases have.
+    const lease = await here.lease()
+    await lease.release()
+    const ownLeftover = path.join(root, `${path.basename(lease.dir).slice(0, 9)}left-over`)
+    await mkdir(ownLeftover)
+    // Another host's instance started on the root (it emptied it then): what it makes is its own.
+    await writeFile(path.join(root, '.owner'), JSON.stringify({ ...owner, host: 'elsewhere', pid: 1, instance: 'theirs' }))
+    await mkdir(path.join(root, 'theirs-1'))
+    await here.sweep()
+    await here.sweep()
+    expect(existsSync(ownLeftover)).toBe(false)
+    expect(existsSync(path.join(root, 'theirs-1'))).toBe(true)
+    expect(lines.filter((line) => line.level === 50).map((line) => line.msg)).toEqual(['another instance has taken workspaces.ephemeral_root (it emptied it as it started): give each instance its own'])
+  })
+
+  it('writes its record again when it is missing or spoilt, and sweeps as before', async () => {
     const root = await tempDir('toolport-ephemeral-')
     const { log, lines } = capturingLogger()
     const here = new EphemeralWorkspaces(log)
     await here.init(root)
-    const owner = JSON.parse(await readFile(path.join(root, '.owner'), 'utf8')) as Record<string, unknown>
-    expect(owner).toMatchObject({ pid: process.pid, startedAt: expect.stringMatching(/^\d+$/), instance: expect.any(String) })
-    await mkdir(path.join(root, 'left-over'))
-    await here.sweep()
-    expect(existsSync(path.join(root, 'left-over'))).toBe(false)
-    // Another host's instance started on the root (it emptied it then): what it now makes is its own.
-    await writeFile(path.join(root, '.owner'), JSON.stringify({ ...owner, host: 'elsewhere', pid: 1, instance: 'theirs' }))
-    await mkdir(path.join(root, 'theirs'))
-    await here.sweep()
-    await here.sweep()
-    expect(existsSync(path.join(root, 'theirs'))).toBe(true)
-    expect(lines.filter((line) => line.level === 50).map((line) => line.msg)).toEqual(['another instance has taken workspaces.ephemeral_root: this one no longer removes anything in it; give each instance its own'])
+    const record = await readFile(path.join(root, '.owner'), 'utf8')
+    for (const spoil of [async () => rm(path.join(root, '.owner')), async () => writeFile(path.join(root, '.owner'), '{"host":')]) {
+      await spoil()
+      await here.sweep()
+      expect(await readFile(path.join(root, '.owner'), 'utf8')).toBe(record)
+    }
+    expect(lines.filter((line) => line.level === 40).length).toBe(2)
+    expect(lines.filter((line) => line.level === 50)).toEqual([])
   })
 
   it('refuses a second start here while the first runs, and takes a root whose owner has ended or was another process of its pid', async () => {
