@@ -77,20 +77,17 @@ async function matchingParagraphs (handle: FileHandle, query: string, budget: nu
   let cut = false
   let hasText = false
   let found = false
-  /** The paragraph's last characters (one fewer than the needle's), lowercased: the needle may straddle two pieces. */
+  /** The paragraph's last characters, lowercased: the needle may straddle two pieces. */
   let tail = ''
-  const tailLength = needle.length - 1
   // The line being read: whether it has shown something but whitespace, and the whitespace it began with.
   let lineHasText = false
   let leading = ''
   const add = (piece: string): void => {
     if (piece === '') return
     if (!found && needle !== '') {
-      // The piece alone, then across its start: never the whole paragraph again for each piece of it.
-      const lowered = piece.toLowerCase()
-      found = lowered.includes(needle) || (tail !== '' && (tail + lowered.slice(0, tailLength)).includes(needle))
-      if (tailLength === 0) tail = ''
-      else tail = lowered.length >= tailLength ? lowered.slice(-tailLength) : (tail + lowered).slice(-tailLength)
+      const lowered = tail + piece.toLowerCase()
+      found = lowered.includes(needle)
+      tail = lowered.slice(-(needle.length - 1) || lowered.length)
     }
     if (piece.length > budget + 1 - kept.length) cut = true
     if (kept.length <= budget) kept += piece.slice(0, budget + 1 - kept.length)

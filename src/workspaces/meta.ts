@@ -166,7 +166,11 @@ export class WorkspaceLayout {
       this.#crashLeft.forget(file)
       return found
     }
-    return this.#crashLeft.recover(file, tenant, id)
+    const recovered = await this.#crashLeft.recover(file, tenant, id)
+    if (recovered !== null) return recovered
+    // Written meanwhile (another instance's recovery, a claim finished): what is there now.
+    const now = await readMeta(file)
+    return now === CORRUPT ? null : now
   }
 
   /** Whether the metadata file is there (unreadable counts as there: only a sure absence is a removal). */
