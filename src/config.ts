@@ -82,7 +82,7 @@ export function parseConfig (raw: unknown, base = process.cwd()): Config {
   if (withNul !== undefined) throw new ConfigError(`config: ${shownKey(withNul)}: must not hold a NUL byte`)
   // Empty is unset: an entry with neither would only ever be down.
   const mcpProblem = Object.entries(copy.tools.mcp_servers).find(([, s]) => !s.command === !s.url)
-  if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set either command or url, ${mcpProblem[1].command ? 'not both' : 'one of them'}`)
+  if (mcpProblem) throw new ConfigError(`config: tools.mcp_servers.${mcpProblem[0]}: set command (a stdio server) or url (an HTTP one), ${mcpProblem[1].command ? 'not both' : 'one of the two'}`)
   for (const [name, server] of Object.entries(copy.tools.mcp_servers)) {
     if (server.url !== undefined) checkOutgoingUrl(`tools.mcp_servers.${name}.url`, server.url)
   }

@@ -39,7 +39,7 @@ describe('config', () => {
     expect(messageOf(() => parseConfig({ tools: { mcp_servers: { 'a.b': null } } }))).toBe('config: tools.mcp_servers.a.b: not a valid server name: use letters, digits, "_" and "-"')
     // An entry with neither command nor url (or only empty ones) could never connect.
     for (const entry of [{}, { command: '' }, { url: '', args: ['x'] }]) {
-      expect(messageOf(() => parseConfig({ tools: { mcp_servers: { none: entry } } }))).toBe('config: tools.mcp_servers.none: set either command or url, one of them')
+      expect(messageOf(() => parseConfig({ tools: { mcp_servers: { none: entry } } }))).toBe('config: tools.mcp_servers.none: set command (a stdio server) or url (an HTTP one), one of the two')
     }
     expect(messageOf(() => parseConfig({ auth: { tokens: [{ token: 't' }] } }))).toBe('config: auth.tokens.0.tenant: is required')
     // A password in an MCP server's URL is never sent (fetch refuses such a URL), and the refusal would log it.

@@ -2,8 +2,9 @@
  * JSON text from callers (request bodies, arguments sent as a string) read
  * one way: keys that would poison a prototype (`__proto__`,
  * `constructor.prototype`) are refused, never passed on to a tool, and so is
- * JSON nested deeper than anything the service passes on can take, and a
- * number no 64-bit float holds.
+ * JSON nested deeper than anything the service passes on can take, a
+ * number no 64-bit float holds, and a string (key or value) that is not
+ * well-formed Unicode (an unpaired surrogate, `"\ud800"`: no UTF-8 form).
  */
 import secureJson from 'secure-json-parse'
 

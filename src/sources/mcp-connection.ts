@@ -212,5 +212,6 @@ async function within<T> (promise: Promise<T>, ms: number): Promise<T | undefine
 /** The last line with something on it: why a server would not start, as a rule (setsid's own complaint included). */
 function lastLine (text: string): string {
   const lines = text.split('\n').map((line) => line.trim()).filter((line) => line !== '')
-  return clipText(lines.at(-1) ?? '', 300)
+  // Well-formed: the tail kept of a long line may begin with the second half of a character.
+  return clipText((lines.at(-1) ?? '').toWellFormed(), 300)
 }

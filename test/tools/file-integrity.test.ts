@@ -63,7 +63,7 @@ describe('text with a lone surrogate (half of a UTF-16 pair, which JSON can carr
       ['write_file', { path: 'f.txt', content: 'a\ud800b' }],
       ['write', { file_path: 'f.txt', content: '\udc00' }],
       ['edit_file', { path: 'f.txt', old_text: 'kept', new_text: 'x\ud83d' }],
-      // Half of a character never matches half of one in a file (UTF-8 holds no halves).
+      // Half of a character, which could only ever match half of one in the file as text.
       ['edit', { file_path: 'f.txt', old_string: '\ud83d', new_string: '\ud83e' }],
       ['memory_write', { content: 'note \ud800' }],
       ['exec_shell', { command: 'printf \'\ud800\' > f.txt' }],
