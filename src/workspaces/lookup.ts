@@ -123,6 +123,12 @@ export class WorkspaceLookup {
       await removedElsewhere(older)
     }
     const entry = cached !== undefined && sameWorkspace(cached, meta) ? cached : cache.adopt(meta, layout())
+    if (entry.recovered === true && meta.recovered !== true) {
+      // Known only from a record written again after a crash: the holder's renewal gave back its own identity.
+      entry.createdAt = meta.createdAt
+      entry.incarnation = meta.incarnation
+      delete entry.recovered
+    }
     entry.expiresAt = Math.max(entry.expiresAt, meta.expiresAt)
     entry.checkedAt = Date.now()
     if (entry.expiresAt <= Date.now() && entry.users === 0) {

@@ -33,14 +33,15 @@ const codeOf = async (promise: Promise<unknown>): Promise<string> =>
 const waitOut = async (): Promise<void> => new Promise((resolve) => setTimeout(resolve, AFTER_MS + 50))
 
 /** Makes `id` of tenant `t` with a file in it, then leaves its metadata as a crash would (`text`), last written `ageMs` ago. */
-async function crashLeft (s: WorkspaceStore, id: string, text: string, ageMs: number): Promise<{ dir: string, meta: string }> {
+async function crashLeft (s: WorkspaceStore, id: string, text: string, ageMs: number): Promise<{ dir: string, meta: string, record: string }> {
   const made = await s.create('t', { id })
   await writeFile(path.join(made.dir, 'kept.txt'), 'kept')
   const meta = path.join(s.root, 'tenants', 't', 'meta', `${directoryNameOf(id)}.json`)
+  const record = await readFile(meta, 'utf8')
   await writeFile(meta, text)
   const at = new Date(Date.now() - ageMs)
   await utimes(meta, at, at)
-  return { dir: made.dir, meta }
+  return { dir: made.dir, meta, record }
 }
 
 describe('a workspace whose metadata a crash left empty or cut short', () => {
@@ -49,7 +50,7 @@ describe('a workspace whose metadata a crash left empty or cut short', () => {
       const s = await store(await tempDir('toolport-crash-'))
       const removals: string[] = []
       s.onRemoval(async (dir) => { removals.push(dir) })
-      const { dir, meta } = await crashLeft(s, 'w', text, 60_000)
+      const { dir, meta, record } = await crashLeft(s, 'w', text, 60_000)
       // A restart: a second instance on the root knows only the disk. It first sees the file so, and waits.
       const other = await store(s.root)
       expect(await codeOf(other.find('t', 'w'))).toBe('NotFound')
@@ -65,6 +66,14 @@ describe('a workspace whose metadata a crash left empty or cut short', () => {
       const held = await s.find('t', 'w')
       expect(held.dir).toBe(dir)
       expect(removals).toEqual([])
+      // The holder's renewal writes its own record back: the other instance takes that identity, and ends nothing.
+      const otherRemovals: string[] = []
+      other.onRemoval(async (removed) => { otherRemovals.push(removed) })
+      await writeFile(meta, record)
+      const own = JSON.parse(record) as { createdAt: number, incarnation: string }
+      expect(await other.find('t', 'w')).toMatchObject({ createdAt: own.createdAt, incarnation: own.incarnation })
+      expect((await other.find('t', 'w')).recovered).toBeUndefined()
+      expect(otherRemovals).toEqual([])
       await other.delete('t', 'w')
       expect(existsSync(meta)).toBe(false)
       expect(await codeOf(s.find('t', 'w'))).toBe('NotFound')
