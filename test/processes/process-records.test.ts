@@ -75,14 +75,14 @@ describe('the home lock', () => {
     await expect(readdir(layout.processesDir('acme', 'w'))).rejects.toThrow(/ENOENT/)
 
     // A holder that died holding it (nothing touches it): once it has not changed for the stale time, one waiter
-    // of several takes it over, and they hold it one at a time. (Stores with a short stale time, so that it comes soon.)
-    const quick = [new ProcessRecords(() => root, { staleLockMs: 300 }), new ProcessRecords(() => root, { staleLockMs: 300 })] as const
+    // of several takes it over, and they hold it one at a time. (A holder touches the lock every fifth of the stale
+    // time: with 300 ms, a loaded machine's stalled loop let a second waiter take a live holder's lock.)
     const lock = layout.homeLock('acme', 'w')
     await mkdir(lock)
     let holding = 0
     let most = 0
     await Promise.all(Array.from({ length: 6 }, async (_, i) => {
-      const release = await quick[i % 2]!.holdHome('acme', 'w')
+      const release = await [one, two][i % 2]!.holdHome('acme', 'w')
       most = Math.max(most, ++holding)
       await new Promise((resolve) => setTimeout(resolve, 30))
       holding--
