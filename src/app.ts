@@ -97,6 +97,8 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   if (tracing) installTracing(app, tracing)
   // Before the other hooks: a request that comes on a connection being closed is not run.
   installAnswerDelivery(app, config.server.request_timeout_ms)
+  // Before the hook below: its refusals name the route's tool, as every problem does.
+  installProblemHandlers(app, config.limits.max_result_bytes)
   // A callback hook, not an async one: it runs for every request, and a promise per request is not free.
   // One listener for every response: 'close' fires once per response, so no once-wrapper (or closure) per request.
   const answered = (): void => { runtime.activeRequests-- }
@@ -148,7 +150,6 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
     clearTimeout(deferredStart)
     await runtime.close()
   })
-  installProblemHandlers(app, config.limits.max_result_bytes)
   installJsonBody(app)
   await installAuth(app, config.auth)
 

@@ -125,7 +125,8 @@ export async function acquireAll (limiters: Limiter[], signal: AbortSignal, metr
     for (const limiter of limiters) releases.push(await limiter.acquire(signal, tenant))
   } catch (error) {
     for (const release of releases.reverse()) release()
-    if (error instanceof ToolError && (error.code === 'Overloaded' || error.code === 'ExecutionFailed')) {
+    // A call cancelled (its client gone) was not refused for want of room.
+    if (!signal.aborted && error instanceof ToolError && (error.code === 'Overloaded' || error.code === 'ExecutionFailed')) {
       metrics.rejections.inc({ limiter: limiters[releases.length]?.options.name ?? 'unknown' })
     }
     throw error

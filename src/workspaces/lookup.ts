@@ -58,6 +58,9 @@ export class WorkspaceLookup {
     }
     const meta = await layout().read(tenant, id)
     if (meta && await directoryExists(layout().workspaceDir(tenant, id))) return this.#found(tenant, id, meta)
+    // A record there that cannot be read yet (a crash's leftover, until it is written again) is no removal:
+    // the workspace this instance holds stays as it knows it, renewed and kept by what runs in it.
+    if (meta === null && cached?.made === true && cache.holds(cached) && await layout().hasMeta(tenant, id) && await directoryExists(cached.dir)) return cached
     // Metadata without its directory (a removal under way or cut short, a renewal written late) is a
     // workspace that is gone: only that metadata goes, never a directory or record made since for a new
     // workspace of the id by another instance.

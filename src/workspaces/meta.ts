@@ -38,6 +38,9 @@ export interface WorkspaceMeta {
 /** The name of a workspace's metadata file in its tenant's directory. */
 export const metaFileName = (id: string): string => `${directoryNameOf(id)}.json`
 
+/** How far a volume's clock (a recovered record's creation is its file's time) may be from an instance's. */
+const RECOVERED_CLOCK_SLACK_MS = 5_000
+
 /**
  * Whether two records are of the same workspace, not of two made under one
  * id one after the other. The incarnations decide only when both records
@@ -45,8 +48,14 @@ export const metaFileName = (id: string): string => `${directoryNameOf(id)}.json
  * record without it.
  */
 export function sameWorkspace (a: WorkspaceMeta, b: WorkspaceMeta): boolean {
-  // A record written again after a crash is the workspace's, whichever it was: its own identity is lost.
-  if (a.recovered === true || b.recovered === true) return true
+  if (a.recovered === true || b.recovered === true) {
+    // A record written again after a crash stands for the workspace made no later than the file it was
+    // written for (its own identity is lost); one made after it is another workspace of the id. One made
+    // again can come only after the recovery, itself 10 s after the file's last write: a few seconds
+    // allow for a network volume's clock.
+    const [recovered, other] = a.recovered === true ? [a, b] : [b, a]
+    return other.createdAt <= recovered.createdAt + RECOVERED_CLOCK_SLACK_MS
+  }
   if (a.createdAt !== b.createdAt) return false
   return a.incarnation === undefined || b.incarnation === undefined || a.incarnation === b.incarnation
 }

@@ -10,6 +10,8 @@ import type { FastifyInstance } from 'fastify'
 import { describe, expect, it } from 'vitest'
 import { buildApp } from '../../src/app.ts'
 import { parseConfig } from '../../src/config.ts'
+import { ToolError } from '../../src/errors.ts'
+import { acquireAll } from '../../src/execution/execute.ts'
 import { onCleanup, tempDir } from '../helper.ts'
 
 const FIXTURE = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'fixtures', 'mcp-server.mjs')
@@ -156,6 +158,13 @@ describe('GET /metrics', () => {
     const metrics = await scrape(app)
     expect(valueOf(metrics, 'toolport_tool_calls_total', { tool: 'exec_shell', code: 'PermissionDenied' })).toBe(1)
     expect(metrics.samples.some((s) => s.labels['tool'] === '(unknown)')).toBe(false)
+  })
+
+  it('counts no limiter rejection for a call cancelled before it asked for a slot (its client gone, not the service full)', async () => {
+    const app = await buildMetricsApp()
+    const release = await acquireAll([app.runtime.limiter], AbortSignal.abort(), app.runtime.metrics, 'default').catch((error: unknown) => error)
+    expect(release).toBeInstanceOf(ToolError)
+    expect(valueOf(await scrape(app), 'toolport_limiter_rejections_total', { limiter: 'service' }) ?? 0).toBe(0)
   })
 
   it('the parser rejects a malformed exposition', () => {
