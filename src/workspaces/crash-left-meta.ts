@@ -8,9 +8,9 @@
  * links), and is left to its writer.
  *
  * The record written again is marked `recovered`: its creation time and
- * incarnation are made up (the file's time, a digest of it), so an
- * instance that knows the workspace's own takes it for the same workspace
- * (meta.ts `sameWorkspace`) and, renewing it, writes its own back.
+ * incarnation are made up (from the file's time), so an instance that
+ * knows the workspace's own takes it for the same workspace (meta.ts
+ * `sameWorkspace`) and, renewing it, writes its own back.
  */
 import { randomUUID } from 'node:crypto'
 import type { Stats } from 'node:fs'

@@ -80,7 +80,7 @@ export class WorkspaceLookup {
   async findOrCreate (tenant: string, id: string, reread = false): Promise<CachedWorkspace> {
     const { cache, ttlSeconds } = this.#options
     validateWorkspaceId(id)
-    // Bounded: metadata that can be neither read nor made again (an empty file a crash left, until it is old enough to be written again) must not hold a call for good.
+    // Bounded: metadata that can be neither read nor made again (an empty file a crash left, until it is written again) must not hold a call for good.
     for (let attempt = 0; attempt < FIND_OR_CREATE_ATTEMPTS; attempt++) {
       try {
         return await this.find(tenant, id, reread)
