@@ -31,12 +31,15 @@ function refuse (userPath: string, why: string): never {
   throw new ToolError('InvalidPath', `${JSON.stringify(userPath)} ${why}`)
 }
 
+/** The start of a path too long to quote whole; a character cut in two shows as U+FFFD, never as half of one. */
+const startOf = (userPath: string): string => `${userPath.slice(0, 64).toWellFormed()}…`
+
 /** Checks that a caller's path is a plain relative path, before any filesystem access. */
 export function checkPathSyntax (userPath: string): void {
   if (userPath.includes('\0')) refuse(userPath.replace(/\0/g, '\\0'), 'contains a NUL byte')
   // A lone surrogate is no text: as a file name it becomes U+FFFD, the same name as others.
   if (!userPath.isWellFormed()) refuse(userPath.toWellFormed(), 'is not well-formed Unicode (an unpaired surrogate)')
-  if (Buffer.byteLength(userPath) > MAX_PATH_BYTES) refuse(`${userPath.slice(0, 64).toWellFormed()}…`, `is longer than ${MAX_PATH_BYTES} bytes`)
+  if (Buffer.byteLength(userPath) > MAX_PATH_BYTES) refuse(startOf(userPath), `is longer than ${MAX_PATH_BYTES} bytes`)
   if (path.isAbsolute(userPath) || /^[A-Za-z]:[\\/]/.test(userPath) || userPath.startsWith('\\')) {
     refuse(userPath, 'is absolute; paths are relative to the workspace')
   }
@@ -65,7 +68,7 @@ export async function resolveInWorkspace (workspaceDir: string, userPath: string
     } catch (error) {
       if (error instanceof ToolError) throw error
       const code = (error as NodeJS.ErrnoException).code
-      if (code === 'ENAMETOOLONG') refuse(`${userPath.slice(0, 64).toWellFormed()}…`, 'has a name longer than the filesystem allows')
+      if (code === 'ENAMETOOLONG') refuse(startOf(userPath), 'has a name longer than the filesystem allows')
       if (code === 'ELOOP') refuse(userPath, 'has too many levels of symbolic links')
       if (code === 'EACCES' || code === 'EPERM') throw new ToolError('PermissionDenied', `${JSON.stringify(userPath)}: permission denied`)
       if (code !== 'ENOENT' && code !== 'ENOTDIR') throw error
