@@ -68,6 +68,8 @@ export class ProcessTable {
   #closed = false
   /** Writes of an ended process's end into its record, still under way. */
   readonly #recording = new Set<Promise<void>>()
+  /** Each ended process's write of its end: its record is removed only after it. */
+  readonly #endWrites = new WeakMap<ManagedProcess, Promise<void>>()
 
   /** Should the service exit without closing the table, its processes go with it. */
   readonly #killAllAtExit = (): void => { for (const each of this.#all()) each.killNow() }
@@ -131,15 +133,18 @@ export class ProcessTable {
             onEnd: () => {
               endChange({ rescan: place.id !== null })
               void lease?.release()
-              // The record says it ended (no call need go to this instance for its network any more), then the oldest go.
+              // The record says it ended (no call need go to this instance for its network any more).
               const { record } = parts
               const recorded = record ? this.#options.records.write(record.tenant, { ...record.record, ended_at: new Date().toISOString() }, { update: true }).catch(() => {}) : Promise.resolve()
               // A stop waits for it: the other instances read when the process ended from the record alone once this one is gone.
               this.#recording.add(recorded)
-              void recorded.then(() => {
-                this.#recording.delete(recorded)
-                if (started !== undefined) this.#keepEnded(started, dir, place)
-              })
+              void recorded.then(() => this.#recording.delete(recorded))
+              // The oldest go at once, so that a list made once this end is seen shows them gone; a record is removed
+              // only after its own end is written, which would otherwise bring it back.
+              if (started !== undefined) {
+                this.#endWrites.set(started, recorded)
+                this.#keepEnded(started, dir, place)
+              }
             },
           })
         } catch (error) {
@@ -262,7 +267,8 @@ export class ProcessTable {
   #forget (process: ManagedProcess, dir: string, place: ProcessPlace): void {
     this.#dropEnded(process)
     this.#byWorkspace.get(dir)?.delete(process.id)
-    if (place.id !== null) this.#options.records.remove(place.tenant, place.id, process.id).catch(() => {})
+    const workspace = place.id
+    if (workspace !== null) void (this.#endWrites.get(process) ?? Promise.resolve()).then(() => this.#options.records.remove(place.tenant, workspace, process.id)).catch(() => {})
   }
 
   #dropEnded (process: ManagedProcess): void {
