@@ -3,10 +3,12 @@
  * proved through /proc/self/fd for nested paths) and its stat-and-read in
  * one round trip must answer exactly what the full resolution would.
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { mkdir, rename, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { editFileTool } from '../../src/tools/edit-file.ts'
 import { readFileTool } from '../../src/tools/read-file.ts'
 import { codeOf, toolContext } from '../support/context.ts'
 
@@ -54,5 +56,23 @@ describe('read_file shortcut', () => {
     expect(await codeOf(read(ctx, 'missing.txt'))).toBe('FileNotFound')
     expect(await codeOf(read(ctx, 'dir/missing.txt'))).toBe('FileNotFound')
     expect(await codeOf(read(ctx, '.'))).toBe('InvalidArgs')
+  }, 15_000)
+
+  it('answers Conflict, without waiting, for a file another process holds a lease on', async () => {
+    const ctx = await toolContext()
+    const file = path.join(ctx.workspaceDir, 'leased.txt')
+    await writeFile(file, 'held\n')
+    // F_SETLEASE (1024) with F_WRLCK (1): another open of the file is refused (O_NONBLOCK) or waits until the holder lets go
+    // or the lease-break time passes; the holder ignores SIGIO, the signal that asks it to let go, which would end it.
+    const holder = spawn('perl', ['-e', '$SIG{IO} = "IGNORE"; open(my $f, "<", $ARGV[0]) or die; fcntl($f, 1024, 1) or die "lease: $!"; $| = 1; print "held\n"; sleep 60', file], { stdio: ['ignore', 'pipe', 'inherit'] })
+    try {
+      await once(holder.stdout, 'data')
+      expect(await codeOf(read(ctx, 'leased.txt'))).toBe('Conflict')
+      expect(await codeOf(editFileTool.execute({ path: 'leased.txt', old_text: 'held', new_text: 'taken' }, ctx))).toBe('Conflict')
+    } finally {
+      holder.kill('SIGKILL')
+    }
+    await once(holder, 'close')
+    expect((await read(ctx, 'leased.txt')).content).toBe('held\n')
   }, 15_000)
 })
