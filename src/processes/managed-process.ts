@@ -13,6 +13,7 @@
 import { constants } from 'node:os'
 import type { execa as Execa, ResultPromise } from 'execa'
 import { ToolError } from '../errors.ts'
+import { fillPasses, passedStdio } from '../sandbox/process.ts'
 import type { PreparedLaunch } from '../sandbox/types.ts'
 import { OutputRing, type StreamName } from './output-ring.ts'
 import type { OutputSocket } from './output-sockets.ts'
@@ -99,9 +100,9 @@ export class ManagedProcess {
       // Its own process group, so that the group can be signalled; the service kills it at shutdown itself.
       detached: true,
       cleanup: false,
-      // Descriptors past stdio (a workspace directory the sandbox binds): execa hands a number on to Node's spawn,
-      // though its types leave numbers out there.
-      stdio: [spec.stdin ? 'pipe' : 'ignore', spec.output.stdout.writer, spec.output.stderr.writer, ...(spec.launch.passes ?? []) as unknown as Array<'ignore'>],
+      // What the program gets past stdio (bwrap's filter, a workspace directory it binds): execa hands a number on
+      // to Node's spawn, though its types leave numbers out there.
+      stdio: [spec.stdin ? 'pipe' : 'ignore', spec.output.stdout.writer, spec.output.stderr.writer, ...passedStdio(spec.launch.passes) as Array<'pipe'>],
       buffer: false,
       reject: false,
     })
@@ -116,6 +117,7 @@ export class ManagedProcess {
       throw new ToolError('ExecutionFailed', 'the command could not start')
     }
     this.#pid = this.#child.pid
+    fillPasses(this.#child.stdio, spec.launch.passes)
     this.#stdinOpen = spec.stdin
     this.#child.stdin?.on('error', () => { this.#stdinOpen = false })
     const outputIn = Promise.all((['stdout', 'stderr'] as const).map((stream) => this.#follow(stream, spec.output[stream].reader)))

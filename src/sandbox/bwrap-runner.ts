@@ -4,7 +4,7 @@
  * Mount layout: the host root read-only; fresh /dev and /proc (new PID
  * namespace); /tmp and /dev/shm each a tmpfs of `tmpBytes`; empty read-only
  * tmpfs over the places that may hold secrets (/root, /home, /run, the
- * workspaces roots with every other workspace in them, and the real
+ * workspaces roots with every other workspace in them, the host's cgroups, and the real
  * directories behind the service's config and tokens file, see
  * hidden-paths.ts); /dev/null over /etc/shadow and over a secret file whose
  * directory tools need; then the call's workspace bound read-write at its
@@ -13,8 +13,9 @@
  * `network` is on, else the workspace's own (workspace-network.ts: shared
  * by the commands of a persistent workspace, and of an MCP session's once
  * a process started there) or, for any other command, one of its own. The process runs
- * as `nobody` without capabilities inside its own user namespace, in a new
- * session, and dies with the service.
+ * as `nobody` without capabilities inside its own user namespace (and may make
+ * no other), without the kernel's keyrings (seccomp.ts), in a new session, and
+ * dies with the service.
  *
  * Inside the sandbox `nobody` owns every tmpfs bwrap makes, so each is either
  * sized (/tmp, /dev/shm) or remounted read-only (/dev itself and the hiding
@@ -29,11 +30,13 @@ import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { RunCgroup, RunCgroups } from './run-cgroups.ts'
 import { runPrepared } from './process.ts'
 import { commandNameOf, signalRunTree } from './process-tree.ts'
-import { type LaunchOptions, type PreparedLaunch, type ProcessRunner, type RunOptions, type RunResult, WORKSPACE_FD } from './types.ts'
+import { KEYRING_FILTER } from './seccomp.ts'
+import { type LaunchOptions, type PreparedLaunch, type ProcessRunner, type RunOptions, type RunResult, SECCOMP_FD, WORKSPACE_FD } from './types.ts'
 import { BWRAP } from './programs.ts'
 import type { NetworkLease, WorkspaceNetworks } from './workspace-network.ts'
 
-const MASKS = ['/root', '/home', '/run', '/var/run', '/etc/shadow', '/etc/gshadow']
+/** Where secrets may be, and the host's cgroups (every run's usage figures, a channel between tenants). */
+const MASKS = ['/root', '/home', '/run', '/var/run', '/etc/shadow', '/etc/gshadow', '/sys/fs/cgroup']
 
 export interface BwrapOptions {
   network: boolean
@@ -83,17 +86,20 @@ function ordered (mounts: Mount[]): string[] {
     .flatMap((mount) => mount.args)
 }
 
-let bindFdKnown: boolean | undefined
+let help: string | undefined
+
+/** Whether this bubblewrap takes `flag` (0.8, as Debian ships it, takes them all; an older one goes without). Asked once. */
+function supports (flag: string): boolean {
+  help ??= spawnSync(BWRAP, ['--help'], { encoding: 'utf8', timeout: 5000 }).stdout ?? ''
+  return help.includes(flag)
+}
 
 /**
  * Whether this run binds its workspace by the descriptor it was handed:
- * one was, and this bubblewrap has --bind-fd (0.8 as Debian ships it; an
- * older one binds the path, as before). Asked of bubblewrap once.
+ * one was, and this bubblewrap has --bind-fd (an older one binds the path, as before).
  */
 function bindsDescriptor (options: LaunchOptions): boolean {
-  if (options.directory === undefined) return false
-  bindFdKnown ??= spawnSync(BWRAP, ['--help'], { encoding: 'utf8', timeout: 5000 }).stdout?.includes('--bind-fd') === true
-  return bindFdKnown
+  return options.directory !== undefined && supports('--bind-fd')
 }
 
 export class BwrapRunner implements ProcessRunner {
@@ -146,6 +152,10 @@ export class BwrapRunner implements ProcessRunner {
       '--hostname', 'toolport-sandbox',
       '--die-with-parent',
       '--new-session',
+      // The kernel's keyrings are shared by every run of the host user (seccomp.ts); user namespaces
+      // inside the sandbox would only open more of the kernel to a command.
+      '--seccomp', String(SECCOMP_FD),
+      ...(supports('--disable-userns') ? ['--disable-userns'] : []),
       '--clearenv',
       ...Object.entries(env).flatMap(([key, value]) => ['--setenv', key, value]),
       '--',
@@ -192,7 +202,7 @@ export class BwrapRunner implements ProcessRunner {
       args: argv.slice(1),
       env: { PATH: SAFE_PATH },
       cwd: options.cwd,
-      ...(bindsDescriptor(options) ? { passes: [options.directory as number] } : {}),
+      passes: bindsDescriptor(options) ? [KEYRING_FILTER, options.directory as number] : [KEYRING_FILTER],
       killTree: cgroup?.killAll,
       // bwrap's monitor and the namespace's init: a TERM would end them, and with them (by SIGKILL) the command.
       signalTree: (pid, signal) => signalRunTree({ pid, cgroupPids: cgroup?.pids, spare: (each) => commandNameOf(each) === 'bwrap' }, signal),

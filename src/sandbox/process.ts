@@ -6,6 +6,7 @@
  * about 0.8 ms of CPU per process, as much again as the spawn itself.)
  */
 import { type ChildProcess, spawn } from 'node:child_process'
+import type { Readable, Writable } from 'node:stream'
 import { BoundedCapture } from './capture.ts'
 import type { LaunchOptions, PreparedLaunch, RunOptions, RunResult } from './types.ts'
 
@@ -16,6 +17,23 @@ export interface Spawn {
   cwd: string
   /** Kills every process of the run, wherever it went (its cgroup); the process group is always killed. */
   killTree?: () => void
+  passes?: PreparedLaunch['passes']
+}
+
+/** The stdio entries after the first three that hand the program `passes`: a descriptor as it is, bytes as a pipe. */
+export function passedStdio (passes: PreparedLaunch['passes']): Array<number | 'pipe'> {
+  return (passes ?? []).map((each) => typeof each === 'number' ? each : 'pipe')
+}
+
+/** Writes each of `passes` given as bytes into its pipe and closes it, so the program reads them to their end. */
+export function fillPasses (stdio: ReadonlyArray<Readable | Writable | null | undefined>, passes: PreparedLaunch['passes']): void {
+  passes?.forEach((each, index) => {
+    if (typeof each === 'number') return
+    const pipe = stdio[3 + index] as Writable | null | undefined
+    // A program that ends before it reads them leaves a broken pipe, which is no failure of the run.
+    pipe?.on('error', () => {})
+    pipe?.end(each)
+  })
 }
 
 /** How long pipes may stay open after a kill before they are closed on our side. */
@@ -75,10 +93,11 @@ export async function runToCompletion (spec: Spawn, options: RunOptions): Promis
   const started = performance.now()
   let child: ChildProcess
   try {
-    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+    child = spawn(spec.file, spec.args, { cwd: spec.cwd, env: spec.env, stdio: ['ignore', 'pipe', 'pipe', ...passedStdio(spec.passes)], detached: true })
   } catch (error) {
     return notStarted(error as NodeJS.ErrnoException, started)
   }
+  fillPasses(child.stdio, spec.passes)
   const stdout = new BoundedCapture(options.maxOutputBytes)
   // Combined output (omega's bash): both streams into one capture, in the order they arrive.
   const stderr = new BoundedCapture(options.maxOutputBytes)

@@ -54,8 +54,9 @@ export type LaunchOptions = Pick<RunOptions, 'command' | 'args' | 'cwd' | 'env' 
   directory?: number
 }
 
-/** The descriptor number a started program gets `LaunchOptions.directory` as. */
-export const WORKSPACE_FD = 3
+/** Descriptors a started program gets after stdio (`PreparedLaunch.passes`): bwrap's seccomp filter, then the workspace directory. */
+export const SECCOMP_FD = 3
+export const WORKSPACE_FD = 4
 
 /**
  * A process ready to start: the program and arguments that start it in the
@@ -66,8 +67,12 @@ export interface PreparedLaunch {
   args: string[]
   env: Record<string, string>
   cwd: string
-  /** Descriptors to hand the program after stdio, from descriptor 3 on (the launch's `directory`, when bound by it). */
-  passes?: number[]
+  /**
+   * What the program gets after stdio, from descriptor 3 on: a number is an
+   * open descriptor handed on (the launch's `directory`, when bound by it),
+   * bytes come through a pipe that holds just them (bwrap's seccomp filter).
+   */
+  passes?: Array<number | Uint8Array>
   /** SIGKILLs every process of the run, wherever it went (its cgroup); undefined without one. */
   killTree?: (() => void) | undefined
   /**

@@ -56,6 +56,35 @@ describe('sandbox escapes under bubblewrap', () => {
     expect(readFileSync(path.join(workspaceDir(root, 'attacker'), 'mine.txt'), 'utf8')).toBe('contained\n')
   })
 
+  it("cannot leave a key in the kernel's keyrings, make a user namespace, or see other runs' cgroups: in a call and in a process", async () => {
+    const app = await buildTestApp({ sandbox: BWRAP, tools: { builtin: ['*'] } })
+    const description = tag()
+    // add_key(2) into the user's keyring (KEY_SPEC_USER_KEYRING, -4), which every run of the host user would share
+    // (perl's syscall takes its string arguments from variables).
+    const addKey = process.arch === 'arm64' ? 217 : 248
+    const command = [
+      `perl -e 'my ($type, $name, $payload) = ("user", "${description}", "payload"); my $serial = syscall(${addKey}, $type, $name, $payload, 7, -4); print "add_key=$serial errno=", $! + 0, "\\n"'`,
+      'unshare -Ur true 2>/dev/null; echo "unshare=$?"',
+      'echo "cgroups=$(ls -A /sys/fs/cgroup | wc -l)"',
+      // The shell's own descriptors, not read through a $(…), whose pipe the shell would hold meanwhile.
+      'printf descriptors=; ls /proc/$$/fd | tr "\\n" " "; echo',
+    ].join('; ')
+    const call = await shell(app, command)
+    expect(call.status, JSON.stringify(call.body)).toBe(200)
+    const started = await exec(app, 'process_start', { command, yield_ms: 20_000 }, { workspace: 'keys' })
+    expect(started.status, JSON.stringify(started.body)).toBe(200)
+    expect(started.body.result.state).toBe('exited')
+    for (const output of [call.body.result.stdout as string, started.body.result.output as string]) {
+      // EPERM (1), as container runtimes' default profiles answer.
+      expect(output).toContain('add_key=-1 errno=1\n')
+      expect(output).toMatch(/^unshare=[1-9]/m)
+      expect(output).toContain('cgroups=0\n')
+      // Nothing the service handed bwrap (its filter, the workspace directory) reaches the command.
+      expect(output).toMatch(/^descriptors=0 1 2 $/m)
+    }
+    expect(readFileSync('/proc/keys', 'utf8')).not.toContain(description)
+  })
+
   it('cannot reach a server on the host loopback; with sandbox.network: true it can', async () => {
     const server = await startTcpServer()
     const probe = `bash -c 'exec 3<>/dev/tcp/127.0.0.1/${server.port} && head -n1 <&3' 2>&1; echo exit=$?`
