@@ -1,7 +1,10 @@
 /** Where a real socket matters: streamed archives and client disconnects, with supertest. */
 import { once } from 'node:events'
+import type { ServerResponse } from 'node:http'
 import net from 'node:net'
 import path from 'node:path'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { gunzipSync } from 'node:zlib'
 import request from 'supertest'
 import { describe, expect, it } from 'vitest'
@@ -77,6 +80,35 @@ describe('a client that stops reading', () => {
     }
     return false
   }
+
+  it('keeps nothing of a request whose client left before its answer: no timer holds it for request_timeout_ms', async () => {
+    setFlagsFromString('--expose-gc')
+    const gc = runInNewContext('gc') as () => void
+    const app = await buildTestApp({ server: { request_timeout_ms: 60_000 } })
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = app.server.address() as net.AddressInfo
+    let answer: WeakRef<ServerResponse> | undefined
+    app.server.once('request', (_request, response: ServerResponse) => { answer = new WeakRef(response) })
+    const body = JSON.stringify({ arguments: { command: 'sleep 10' } })
+    const socket = net.connect(port, '127.0.0.1')
+    socket.write(`POST /v1/tools/exec_shell/execute HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+    const started = Date.now()
+    while (app.runtime.limiter.inFlight === 0 && Date.now() - started < 5000) await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(app.runtime.limiter.inFlight).toBe(1)
+    socket.destroy()
+    // The call is cut short and answered, into a response already closed.
+    while (app.runtime.limiter.inFlight > 0 && Date.now() - started < 10_000) await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(app.runtime.limiter.inFlight).toBe(0)
+    let collected = false
+    for (let round = 0; round < 5 && !collected; round++) {
+      // Each round in a job of its own: a deref keeps its object alive until its job ends.
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      gc()
+      collected = answer?.deref() === undefined
+    }
+    expect(answer).toBeDefined()
+    expect(collected).toBe(true)
+  })
 
   it('has an answer it stopped reading cut once it took nothing for request_timeout_ms (the answer is not held for good)', async () => {
     const app = await buildTestApp({ server: { request_timeout_ms: 1000 } })

@@ -80,6 +80,9 @@ function bodyRead (request: IncomingMessage): boolean {
  * looked at until it has it.
  */
 function cutWhenStalled (response: ServerResponse, ms: number): void {
+  // A client gone before its answer (its call cut short meanwhile) stalls nothing: a timer would only
+  // keep the answer, its request and its socket in memory for `ms`, one set for every request abandoned so.
+  if (response.destroyed) return
   let sent: string | undefined
   const check = (): void => {
     if (response.writableFinished || response.destroyed) return
