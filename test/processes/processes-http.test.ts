@@ -124,6 +124,21 @@ describe('processes over REST', () => {
     expect(end).toMatchObject({ id: p.id, state: 'exited', exit_code: 2, next: 14 })
   })
 
+  it('takes a Last-Event-ID only as the query takes a cursor (digits), else starts from after', async () => {
+    const s = await server()
+    const p = await start(s, 'w', 'printf abcdef')
+    await s.call('GET', `${procs('w')}/${p.id}?wait_ms=5000`)
+    const streamed = async (lastEventId: string, query = ''): Promise<string> => {
+      const text = await fetch(`${s.base}${procs('w')}/${p.id}/output${query}`, { headers: { accept: 'text/event-stream', 'last-event-id': lastEventId } }).then((response) => response.text())
+      return [...text.matchAll(/^event: stdout\nid: \d+\ndata: (.*)$/gm)].map((match) => JSON.parse(match[1] as string) as string).join('')
+    }
+    expect(await streamed('3')).toBe('def')
+    for (const odd of ['0x3', '3.0', '3e0', '-3', '+3', '99999999999999999999']) {
+      expect(await streamed(odd), odd).toBe('abcdef')
+      expect(await streamed(odd, '?after=2'), odd).toBe('cdef')
+    }
+  })
+
   it('starts an event stream asked for a cursor past the output at that cursor, never before it', async () => {
     const s = await server()
     const p = await start(s, 'w', 'sleep 0.5; printf abcdef; sleep 0.5; printf ghij')

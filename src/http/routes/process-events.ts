@@ -20,11 +20,15 @@ export function wantsEvents (request: FastifyRequest): boolean {
   return (request.headers.accept ?? '').includes('text/event-stream')
 }
 
-/** The cursor a stream starts from: `Last-Event-ID` (a reconnecting EventSource sends it) over `after`. */
+/** A cursor or count as the output's query takes it: decimal digits, at most 15 (so below 2^53). */
+export const COUNT_PATTERN = '^[0-9]{1,15}$'
+const COUNT = new RegExp(COUNT_PATTERN)
+
+/** The cursor a stream starts from: `Last-Event-ID` (a reconnecting EventSource sends it) over `after`, when it is one. */
 export function eventsCursor (request: FastifyRequest, after: number): number {
   const last = request.headers['last-event-id']
-  const value = Number(Array.isArray(last) ? last[0] : last)
-  return last !== undefined && Number.isSafeInteger(value) && value >= 0 ? value : after
+  const value = Array.isArray(last) ? last[0] : last
+  return value !== undefined && COUNT.test(value) ? Number(value) : after
 }
 
 /** The event stream of a process that has no output to give (it was lost): only its `end` event. */

@@ -15,7 +15,7 @@ import { validateWorkspaceId } from '../../workspaces/ids.ts'
 import { callerOf, isForwarded } from '../caller.ts'
 import { installJsonBody } from '../plugins/json-body.ts'
 import { problems } from '../schemas.ts'
-import { endStream, eventsCursor, streamOutput, wantsEvents } from './process-events.ts'
+import { COUNT_PATTERN, endStream, eventsCursor, streamOutput, wantsEvents } from './process-events.ts'
 import { relay } from './process-relay.ts'
 
 const MAX_WAIT_MS = 30_000
@@ -43,7 +43,7 @@ const StartBody = Type.Object({
 }, { additionalProperties: false })
 
 // Query strings are not coerced (the service validates types strictly): integers come as digit strings.
-const Count = (description: string) => Type.Optional(Type.String({ pattern: '^[0-9]{1,15}$', description }))
+const Count = (description: string) => Type.Optional(Type.String({ pattern: COUNT_PATTERN, description }))
 const OutputQuery = Type.Object({
   after: Count('A cursor (default 0)'),
   wait_ms: Count(`Milliseconds (0–${MAX_WAIT_MS}) to wait for output when there is none yet`),
