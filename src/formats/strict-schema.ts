@@ -23,6 +23,9 @@ const DROPPED_KEYWORDS: ReadonlySet<string> = new Set([
   'uniqueItems', 'minProperties', 'maxProperties', 'contentEncoding', 'contentMediaType',
 ])
 
+/** The string formats OpenAI takes; another (`uri`, say) fails the whole request, so it is left out, as a model needs none. */
+const OPENAI_FORMATS: ReadonlySet<unknown> = new Set(['date-time', 'time', 'date', 'duration', 'email', 'hostname', 'ipv4', 'ipv6', 'uuid'])
+
 /** OpenAI's limit on nesting. */
 const MAX_DEPTH = 10
 
@@ -45,7 +48,7 @@ function strict (node: unknown, depth: number): Schema {
   if (!isSchema(node) || depth > MAX_DEPTH) throw new NotStrict()
   const out: Schema = {}
   for (const [key, value] of Object.entries(node)) {
-    if (DROPPED_KEYWORDS.has(key)) continue
+    if (DROPPED_KEYWORDS.has(key) || (key === 'format' && !OPENAI_FORMATS.has(value))) continue
     if (!STRICT_KEYWORDS.has(key)) throw new NotStrict()
     out[key] = value
   }
@@ -53,8 +56,11 @@ function strict (node: unknown, depth: number): Schema {
   if (!['type', 'anyOf', '$ref', 'enum', 'const'].some((key) => key in out)) throw new NotStrict()
   if (isSchema(out['$defs'])) out['$defs'] = Object.fromEntries(Object.entries(out['$defs']).map(([name, def]) => [name, strict(def, depth + 1)]))
   if (Array.isArray(out['anyOf'])) out['anyOf'] = out['anyOf'].map((branch) => strict(branch, depth + 1))
+  const types: unknown[] = Array.isArray(out['type']) ? out['type'] : [out['type']]
+  // An array of any items: OpenAI asks for the items' schema.
+  if (types.includes('array') && !('items' in out)) throw new NotStrict()
   if ('items' in out) out['items'] = strict(out['items'], depth + 1)
-  const isObject = out['type'] === 'object' || (Array.isArray(out['type']) && out['type'].includes('object')) || 'properties' in out
+  const isObject = types.includes('object') || 'properties' in out
   if (isObject) closeObject(out, depth)
   return out
 }

@@ -57,6 +57,19 @@ describe('strict schemas', () => {
     expect(toStrictSchema({ type: 'object', properties: { v: { oneOf: [{ type: 'string' }, { type: 'number' }] } } })).toBeUndefined()
     expect(toStrictSchema({ type: 'object', properties: { t: { type: 'array', items: [{ type: 'string' }] } } })).toBeUndefined()
     expect(toStrictSchema({ type: 'string' })).toBeUndefined()
+    // An array of anything: OpenAI refuses an array schema without items (as MCP servers often write them).
+    expect(toStrictSchema({ type: 'object', properties: { tags: { type: 'array' } }, required: ['tags'] })).toBeUndefined()
+    expect(toStrictSchema({ type: 'object', properties: { m: { type: ['array', 'null'], maxItems: 3 } } })).toBeUndefined()
+  })
+
+  it('keeps only the string formats OpenAI takes', () => {
+    const strict = toStrictSchema({
+      type: 'object',
+      properties: { url: { type: 'string', format: 'uri' }, when: { type: 'string', format: 'date-time' }, id: { type: 'string', format: 'uuid' }, odd: { type: 'string', format: 7 } },
+      required: ['url', 'when', 'id', 'odd'],
+    })
+    expect(strict?.['properties']).toEqual({ url: { type: 'string' }, when: { type: 'string', format: 'date-time' }, id: { type: 'string', format: 'uuid' }, odd: { type: 'string' } })
+    expect(strictViolations(strict)).toEqual([])
   })
 
   it('the checker itself catches what a strict schema must not have', () => {
@@ -65,5 +78,9 @@ describe('strict schemas', () => {
       'parameters: property a is not required',
     ])
     expect(strictViolations({ type: 'object', properties: {}, additionalProperties: false, oneOf: [] })).toEqual(['parameters: unsupported keyword oneOf'])
+    expect(strictViolations({ type: 'object', properties: { a: { type: 'array' }, u: { type: 'string', format: 'uri' } }, required: ['a', 'u'], additionalProperties: false })).toEqual([
+      'parameters.a: array without items',
+      'parameters.u: unsupported format uri',
+    ])
   })
 })

@@ -6,8 +6,10 @@
  *   - every object sets additionalProperties: false and lists every property in required;
  *   - only the supported keywords appear, and every schema has a type (but a choice, a reference or a fixed value);
  *   - at most 10 levels of nesting and 5000 properties in all; at most 1000 enum values in all;
+ *   - an array says what its items are; a string's format is one of those supported;
  *   - each anyOf branch, each item schema and each $defs entry follows the same rules.
  */
+const FORMATS = new Set(['date-time', 'time', 'date', 'duration', 'email', 'hostname', 'ipv4', 'ipv6', 'uuid'])
 const SUPPORTED = new Set([
   'type', 'properties', 'required', 'additionalProperties', 'items', 'enum', 'const', 'anyOf', 'description', 'title',
   'default', '$defs', '$ref', 'pattern', 'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum',
@@ -29,6 +31,8 @@ export function strictViolations (schema: unknown): string[] {
     for (const key of Object.keys(node)) if (!SUPPORTED.has(key)) problems.push(`${where}: unsupported keyword ${key}`)
     if (!['type', 'anyOf', '$ref', 'enum', 'const'].some((key) => key in node)) problems.push(`${where}: no type`)
     const types = Array.isArray(node['type']) ? node['type'] : [node['type']]
+    if (types.includes('array') && !('items' in node)) problems.push(`${where}: array without items`)
+    if ('format' in node && !FORMATS.has(node['format'] as string)) problems.push(`${where}: unsupported format ${String(node['format'])}`)
     if (types.includes('object') || 'properties' in node) {
       const props = isNode(node['properties']) ? node['properties'] : {}
       if (node['additionalProperties'] !== false) problems.push(`${where}: additionalProperties must be false`)
