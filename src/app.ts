@@ -9,6 +9,7 @@ import { authIsOn, type Config } from './config.ts'
 import { Runtime } from './runtime.ts'
 import { installAnswerDelivery } from './http/plugins/answer-delivery.ts'
 import { installAuth } from './http/plugins/auth.ts'
+import { installForwarded } from './http/plugins/forwarded.ts'
 import { idempotency } from './http/plugins/idempotency.ts'
 import { docsUi } from './http/plugins/docs-ui.ts'
 import { installOpenApiDocument } from './http/plugins/openapi-document.ts'
@@ -152,6 +153,7 @@ export async function buildApp (config: Config, options: BuildOptions = {}): Pro
   })
   installJsonBody(app)
   await installAuth(app, config.auth)
+  installForwarded(app, runtime.processLocator.peers.key)
 
   app.addSchema(ProblemSchema)
   installOpenApiDocument(app, {

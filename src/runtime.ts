@@ -21,6 +21,7 @@ import { isInside } from './workspace-fs/paths.ts'
 import { quotaResolver, type TenantQuota } from './workspaces/quotas.ts'
 import { ToolRegistry } from './execution/registry.ts'
 import { WorkspaceStore } from './workspaces/store.ts'
+import { PEER_KEY_FILE, PeerKey } from './processes/peer-key.ts'
 import { Peers } from './processes/peers.ts'
 import { ProcessLocator } from './processes/process-locator.ts'
 import { ProcessRecords } from './processes/process-records.ts'
@@ -118,7 +119,7 @@ export class Runtime implements ExecutionServices {
     })
     // A forwarded call may take as long as the slowest tool that runs commands (omega's bash: 120 s), and a kill's grace.
     const longestCallMs = (Math.max(config.tools.exec_shell.timeout_max, config.tools.executable_timeout_seconds, config.tools.spawn.timeout_default, 120) + 2) * 1000
-    this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(() => this.tracing?.outgoingHeaders() ?? {}), self, keepEnded: config.tools.processes.keep_ended, longestCallMs })
+    this.processLocator = new ProcessLocator({ table: this.processes, records, peers: new Peers(new PeerKey(() => path.join(this.workspaces.root, PEER_KEY_FILE)), () => this.tracing?.outgoingHeaders() ?? {}), self, keepEnded: config.tools.processes.keep_ended, longestCallMs })
   }
 
   /** Fires when running calls must stop (the drain timeout of a shutdown ran out). */

@@ -5,12 +5,6 @@ import { type Caller, execute, type Outcome, type ToolCall } from '../execution/
 import type { Runtime } from '../runtime.ts'
 import { WorkspaceScope } from '../workspaces/scope.ts'
 import { holdsIdempotencyKey } from './plugins/idempotency.ts'
-import { FORWARDED_HEADER } from '../processes/peers.ts'
-
-/** Another instance sent this request on: it is answered here, never sent on again. */
-export function isForwarded (request: FastifyRequest): boolean {
-  return request.headers[FORWARDED_HEADER] === '1'
-}
 
 export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller {
   const controller = new AbortController()
@@ -25,7 +19,7 @@ export function callerOf (request: FastifyRequest, reply: FastifyReply): Caller 
     // A call of a token revoked meanwhile ends too (a long-poll, a stream, a command).
     signal: request.principal.revoked ? AbortSignal.any([controller.signal, request.principal.revoked]) : controller.signal,
     credentials: request.headers.authorization,
-    forwarded: isForwarded(request),
+    forwarded: request.forwarded,
   }
 }
 

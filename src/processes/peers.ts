@@ -11,8 +11,9 @@ import type { Readable } from 'node:stream'
 import type { Agent } from 'undici'
 import { ToolError, isErrorCode } from '../errors.ts'
 import { loadOnce } from '../load-once.ts'
+import type { PeerKey } from './peer-key.ts'
 
-/** Marks a forwarded request: its instance answers from its own processes only. */
+/** Marks a forwarded request, with the instances' key (peer-key.ts): its instance answers from its own processes only. */
 export const FORWARDED_HEADER = 'toolport-forwarded'
 /** Names the run of the instance that answers (on /healthz): a request is forwarded only to the run its record names. */
 export const INSTANCE_HEADER = 'toolport-instance'
@@ -89,8 +90,11 @@ export class Peers {
   #undici = loadOnce(loadUndici)
   /** The trace headers of the request being forwarded, so the owner's spans join the caller's trace. */
   readonly #traceHeaders: () => Record<string, string>
+  /** What marks a request as one instance's to another. */
+  readonly key: PeerKey
 
-  constructor (traceHeaders: () => Record<string, string> = () => ({})) {
+  constructor (key: PeerKey, traceHeaders: () => Record<string, string> = () => ({})) {
+    this.key = key
     this.#traceHeaders = traceHeaders
   }
 
@@ -102,7 +106,7 @@ export class Peers {
   async send (owner: Owner, request: PeerRequest): Promise<PeerAnswer> {
     const { agent, request: send } = await this.#undici()
     await this.#check(owner, request.signal)
-    const headers: Record<string, string> = { ...this.#traceHeaders(), [FORWARDED_HEADER]: '1' }
+    const headers: Record<string, string> = { ...this.#traceHeaders(), [FORWARDED_HEADER]: await this.key.value() }
     if (request.credentials !== undefined) headers['authorization'] = request.credentials
     if (request.accept !== undefined) headers['accept'] = request.accept
     if (request.lastEventId !== undefined) headers['last-event-id'] = request.lastEventId
@@ -172,7 +176,7 @@ export class Peers {
     let instance: unknown
     let status: number
     try {
-      const answer = await send(new URL('/healthz', owner.url), { method: 'GET', headers: { [FORWARDED_HEADER]: '1' }, dispatcher: agent, headersTimeout: ANSWER_MS, bodyTimeout: ANSWER_MS, signal })
+      const answer = await send(new URL('/healthz', owner.url), { method: 'GET', dispatcher: agent, headersTimeout: ANSWER_MS, bodyTimeout: ANSWER_MS, signal })
       await answer.body.dump()
       instance = answer.headers[INSTANCE_HEADER]
       status = answer.statusCode

@@ -7,13 +7,15 @@
  */
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import path from 'node:path'
 import Fastify from 'fastify'
 import { describe, expect, it } from 'vitest'
 import { installProblemHandlers } from '../../src/http/plugins/problem.ts'
 import { relay } from '../../src/http/routes/process-relay.ts'
 import { lostInfo } from '../../src/processes/process-locator.ts'
+import { PEER_KEY_FILE, PeerKey } from '../../src/processes/peer-key.ts'
 import { INSTANCE_HEADER, Peers } from '../../src/processes/peers.ts'
-import { onCleanup } from '../helper.ts'
+import { onCleanup, tempDir } from '../helper.ts'
 
 const RECORD = { id: 'p_0123456789ab', workspace: 'w', command: 'tick', started_at: '2026-01-01T00:00:00.000Z', ended_at: null, owner: 'set below', instance: 'run-1' }
 
@@ -34,7 +36,8 @@ async function peer (stream: (response: http.ServerResponse) => void): Promise<s
 
 /** A service whose one route relays to `owner` until `stop` fires; what relay() answered (or threw), per request. */
 async function relaying (owner: string, stop = new AbortController().signal): Promise<{ base: string, outcomes: unknown[] }> {
-  const peers = new Peers()
+  const keyDir = await tempDir('toolport-relay-')
+  const peers = new Peers(new PeerKey(() => path.join(keyDir, PEER_KEY_FILE)))
   const outcomes: unknown[] = []
   const app = Fastify()
   installProblemHandlers(app, 65_536)

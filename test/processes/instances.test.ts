@@ -7,7 +7,7 @@
  */
 import http from 'node:http'
 import net from 'node:net'
-import { readdir, readFile } from 'node:fs/promises'
+import { readdir, readFile, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { freePort, type RunningServer, startServer, waitReady } from '../support/server-process.ts'
@@ -36,8 +36,8 @@ async function instance (root: string, name: string, port?: number, workspaces: 
   return { server, port: chosen }
 }
 
-async function call (at: Instance, method: string, url: string, body?: unknown, token = 'token-acme'): Promise<{ status: number, body: Json }> {
-  const headers: Record<string, string> = { authorization: `Bearer ${token}` }
+async function call (at: Instance, method: string, url: string, body?: unknown, token = 'token-acme', extra: Record<string, string> = {}): Promise<{ status: number, body: Json }> {
+  const headers: Record<string, string> = { authorization: `Bearer ${token}`, ...extra }
   if (body !== undefined) headers['content-type'] = 'application/json'
   const response = await fetch(at.server.base + url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(20_000) })
   const text = await response.text()
@@ -298,6 +298,21 @@ except Exception as e: print('unreachable', e)"`
     expect((await outputUntil(a, third.body['id'] as string, '200', 0, 'w2')).data).toBe('200\n')
     // Another workspace, through either instance, does not reach it.
     expect((await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w3' })).body['result'].stdout).toContain('unreachable')
+    // A client that marks its request as forwarded (which would run it where it lands, in another network,
+    // and count only that instance's processes) is refused, and starts nothing.
+    const listed = (await call(a, 'GET', '/v1/workspaces/w2/processes')).body['processes'].length
+    for (const marked of ['1', 'yes', '0'.repeat(64)]) {
+      const refused = await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w2' }, 'token-acme', { 'toolport-forwarded': marked })
+      expect(refused).toMatchObject({ status: 403, body: { code: 'PermissionDenied' } })
+      expect(await call(b, 'POST', '/v1/workspaces/w2/processes', { command: 'sleep 60' }, 'token-acme', { 'toolport-forwarded': marked })).toMatchObject({ status: 403, body: { code: 'PermissionDenied' } })
+    }
+    expect((await call(a, 'GET', '/v1/workspaces/w2/processes')).body['processes'].length).toBe(listed)
+    // The instances' key is a file of the shared root that only they read; with it, the request is taken as forwarded.
+    const keyFile = path.join(root, '.peer-key')
+    expect((await stat(keyFile)).mode & 0o777).toBe(0o600)
+    const key = (await readFile(keyFile, 'utf8')).trim()
+    const forwarded = await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w2' }, 'token-acme', { 'toolport-forwarded': key })
+    expect(forwarded.body['result'].stdout).toContain('unreachable')
 
     // Once the process has ended, commands run where they land again.
     expect((await call(b, 'POST', `/v1/workspaces/w2/processes/${id}/kill`, {})).body).toMatchObject({ state: 'killed' })

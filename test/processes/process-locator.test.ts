@@ -8,10 +8,12 @@
  * real address where nothing listens.
  */
 import http from 'node:http'
+import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { buildTestApp } from '../helper.ts'
 import { ToolError } from '../../src/errors.ts'
 import type { ProcessInfo } from '../../src/processes/managed-process.ts'
+import { PEER_KEY_FILE, PeerKey } from '../../src/processes/peer-key.ts'
 import { INSTANCE_HEADER, Peers } from '../../src/processes/peers.ts'
 import { type Asker, ProcessLocator } from '../../src/processes/process-locator.ts'
 import { type ProcessRecord, ProcessRecords } from '../../src/processes/process-records.ts'
@@ -27,7 +29,7 @@ async function setUp () {
   const record: ProcessRecord = { id: 'p_00000000abcd', workspace: 'w', command: 'sleep 1000', started_at: new Date().toISOString(), ended_at: null, owner: `http://127.0.0.1:${await freePort()}`, instance: 'run-1' }
   await records.write('default', record)
   const asker: Asker = { tenant: 'default', workspace: 'w', dir: app.runtime.workspaces.get('default', 'w').dir }
-  const peers = new Peers()
+  const peers = new Peers(new PeerKey(() => path.join(app.runtime.workspaces.root, PEER_KEY_FILE)))
   const locator = (lostAfterMs: number) => new ProcessLocator({ table: app.runtime.processes, records, peers, self: null, keepEnded: 10, longestCallMs: 1000, lostAfterMs })
   return { records, record, asker, locator, close: () => peers.close() }
 }

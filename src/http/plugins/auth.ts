@@ -31,7 +31,7 @@ const ANONYMOUS: Principal = { tenant: 'default', scope: () => true, allowedTool
 const digest = (token: string): Buffer => createHash('sha256').update(token).digest()
 
 /** Whether a request for `path` (a route's pattern, or the raw path when no route matched) needs a token. */
-function needsAuth (path: string): boolean {
+export function needsAuth (path: string): boolean {
   return path.startsWith('/v1/') || path === '/v1' || path.startsWith('/mcp')
 }
 

@@ -12,7 +12,7 @@ import { KILL_GRACE_MS, KILL_SIGNALS, type ManagedProcess, type ProcessInfo } fr
 import { type Asker, lostInfo } from '../../processes/process-locator.ts'
 import type { Runtime } from '../../runtime.ts'
 import { validateWorkspaceId } from '../../workspaces/ids.ts'
-import { callerOf, isForwarded } from '../caller.ts'
+import { callerOf } from '../caller.ts'
 import { installJsonBody } from '../plugins/json-body.ts'
 import { problems } from '../schemas.ts'
 import { COUNT_PATTERN, endStream, eventsCursor, streamOutput, wantsEvents } from './process-events.ts'
@@ -85,7 +85,7 @@ export const processRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> = as
     if (!request.principal.scope(name)) throw new ToolError('PermissionDenied', `this token's allowed tools do not include ${name}`)
   }
   const askerIn = (request: FastifyRequest, id: string, dir: string): Asker =>
-    ({ tenant: request.principal.tenant, workspace: id, dir, credentials: request.headers.authorization, forwarded: isForwarded(request), requestId: request.id })
+    ({ tenant: request.principal.tenant, workspace: id, dir, credentials: request.headers.authorization, forwarded: request.forwarded, requestId: request.id })
   const askerOf = async (request: FastifyRequest, id: string): Promise<Asker> => askerIn(request, id, (await runtime.workspaces.find(request.principal.tenant, id)).dir)
   /**
    * Answers a request about one process: `here` when this instance runs it;

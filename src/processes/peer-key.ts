@@ -1,0 +1,73 @@
+/**
+ * The key that marks a request as one instance's to another
+ * (`toolport-forwarded`). Such a request is answered from the receiving
+ * instance's own processes, without the workspace's home lock and without
+ * the other instances' processes counted: a client that could mark its own
+ * requests so would start processes past `max_per_workspace` and outside its
+ * workspace's network. The key is a random secret in the shared workspace
+ * root, which only the instances read (commands never see the root). The
+ * first instance to forward a request makes it; it is read again at each
+ * use, so a key replaced on the volume holds everywhere at once.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { link, open, rename, rm, writeFile } from 'node:fs/promises'
+
+/** The key's file, in the workspace root. */
+export const PEER_KEY_FILE = '.peer-key'
+const KEY = /^[0-9a-f]{64}$/
+/** What is read of the file: a key and a line end, and enough more to tell a longer file from one. */
+const READ_BYTES = 80
+
+const digest = (text: string): Buffer => createHash('sha256').update(text).digest()
+
+export class PeerKey {
+  readonly #file: () => string
+
+  /** `file`: where the key is kept in the shared root (known once the root is). */
+  constructor (file: () => string) {
+    this.#file = file
+  }
+
+  /** The key, made first when no instance has made it yet (or what is there is no key). */
+  async value (): Promise<string> {
+    const found = await this.#read()
+    if (found.key !== undefined) return found.key
+    const file = this.#file()
+    const draft = `${file}.${randomBytes(6).toString('hex')}.tmp`
+    await writeFile(draft, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' })
+    try {
+      // Where there is none, a link: made whole or not at all, so of two instances making it at once one
+      // key stands and both read it. What is there but no key (an emptied file) is replaced.
+      if (found.missing) await link(draft, file).catch((error: NodeJS.ErrnoException) => { if (error.code !== 'EEXIST') throw error })
+      else await rename(draft, file)
+    } finally {
+      await rm(draft, { force: true })
+    }
+    const made = await this.#read()
+    if (made.key === undefined) throw new Error(`${file} holds no key for requests between instances`)
+    return made.key
+  }
+
+  /** Whether `offered` is the key (compared in constant time); never when none has been made. */
+  async admits (offered: string): Promise<boolean> {
+    const { key } = await this.#read()
+    return key !== undefined && timingSafeEqual(digest(offered), digest(key))
+  }
+
+  async #read (): Promise<{ key?: string, missing: boolean }> {
+    let handle
+    try {
+      handle = await open(this.#file(), 'r')
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { missing: true }
+      throw error
+    }
+    try {
+      const { buffer, bytesRead } = await handle.read({ buffer: Buffer.alloc(READ_BYTES) })
+      const text = buffer.toString('latin1', 0, bytesRead).trim()
+      return KEY.test(text) ? { key: text, missing: false } : { missing: false }
+    } finally {
+      await handle.close()
+    }
+  }
+}
