@@ -165,7 +165,8 @@ export class McpSessions {
       calls.running++
       calls.unanswered.add(extra.requestId)
       try {
-        return toCallToolResult(await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace))
+        const outcome = await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace)
+        return toCallToolResult(outcome, this.#runtime.registry.get(outcome.tool)?.source === 'mcp')
       } finally {
         calls.running--
         calls.unanswered.delete(extra.requestId)
