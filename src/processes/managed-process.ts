@@ -114,7 +114,8 @@ export class ManagedProcess {
       spec.output.stderr.reader.destroy()
       spec.launch.release()
       void this.#child.catch(() => {})
-      throw new ToolError('ExecutionFailed', 'the command could not start')
+      // Its start failed before it ran (no descriptor or process slot free: sh and bwrap are known to be there).
+      throw new ToolError('Overloaded', 'the command could not start just now (no file descriptor or process slot free); retry shortly', { retryAfterSeconds: 1 })
     }
     this.#pid = this.#child.pid
     fillPasses(this.#child.stdio, spec.launch.passes)

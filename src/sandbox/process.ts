@@ -25,11 +25,14 @@ export function passedStdio (passes: PreparedLaunch['passes']): Array<number | '
   return (passes ?? []).map((each) => typeof each === 'number' ? each : 'pipe')
 }
 
-/** Writes each of `passes` given as bytes into its pipe and closes it, so the program reads them to their end. */
-export function fillPasses (stdio: ReadonlyArray<Readable | Writable | null | undefined>, passes: PreparedLaunch['passes']): void {
+/**
+ * Writes each of `passes` given as bytes into its pipe and closes it, so the program reads them to
+ * their end. A spawn that failed (EMFILE) has no pipes: its 'error' tells the caller so.
+ */
+export function fillPasses (stdio: ReadonlyArray<Readable | Writable | null | undefined> | undefined, passes: PreparedLaunch['passes']): void {
   passes?.forEach((each, index) => {
     if (typeof each === 'number') return
-    const pipe = stdio[3 + index] as Writable | null | undefined
+    const pipe = stdio?.[3 + index] as Writable | null | undefined
     // A program that ends before it reads them leaves a broken pipe, which is no failure of the run.
     pipe?.on('error', () => {})
     pipe?.end(each)
@@ -86,6 +89,7 @@ function notStarted (error: NodeJS.ErrnoException, started: number): RunResult {
     timedOut: false,
     cancelled: false,
     notFound: error.code === 'ENOENT',
+    ...(error.code !== undefined ? { startFailure: error.code } : {}),
   }
 }
 

@@ -40,6 +40,8 @@ export interface RunResult {
   cancelled: boolean
   /** The program could not be started because it does not exist. */
   notFound?: boolean
+  /** Why the program could not be started at all (an errno code: EMFILE, E2BIG…). */
+  startFailure?: string
 }
 
 /** What a process needs to be started in the sandbox; the caller runs it (a long-running process: processes/). */

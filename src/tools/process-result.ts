@@ -7,7 +7,7 @@
 import { type Static, type TProperties, Type } from '@sinclair/typebox'
 import type { ToolContext } from '../execution/tool.ts'
 import { fitString, safePrefix, shareRoom } from '../execution/truncate.ts'
-import { ToolError } from '../errors.ts'
+import { descriptorShortage, ToolError } from '../errors.ts'
 import type { RunResult } from '../sandbox/types.ts'
 
 /** Partial output carried by a 504, per stream (bytes of its JSON string); the result limit may cut it further. */
@@ -30,7 +30,10 @@ export function failedRun (run: RunResult, timeoutSeconds: number): ToolError | 
   }
   if (run.cancelled) return new ToolError('ExecutionFailed', 'cancelled')
   // No exit code and no signal: the process never ran (E2BIG, EACCES…).
-  if (run.exitCode === -1 && run.signal === null) return new ToolError('ExecutionFailed', `the command could not start: ${safePrefix(run.stderr, 200)}`)
+  if (run.exitCode === -1 && run.signal === null) {
+    // For want of a descriptor it is no fault of the call, and may start once others close: 503.
+    return descriptorShortage({ code: run.startFailure }) ?? new ToolError('ExecutionFailed', `the command could not start: ${safePrefix(run.stderr, 200)}`)
+  }
   return undefined
 }
 
