@@ -15,9 +15,18 @@
 /** Exit status when the preparation fails (the command never runs). */
 export const PREPARATION_FAILED = 126
 
-/** `/bin/sh -c '<prelude> || exit 126; …'` running `command args…`. */
+/**
+ * The kernel's out-of-memory killer takes a run's processes before the
+ * service: when runs together fill the service's own memory bound (a pod's),
+ * it would otherwise pick the largest process, often the service, and every
+ * tenant's calls and processes would end with it. Raising one's own score
+ * needs no privilege; where it cannot be written the run goes on.
+ */
+const OOM_FIRST = 'echo 1000 2>/dev/null >/proc/self/oom_score_adj'
+
+/** `/bin/sh -c '<oom score>; <prelude> || exit 126; …'` running `command args…`. */
 export function launcherArgv (prelude: string, command: string, args: string[]): string[] {
-  const guard = `${prelude} || exit ${PREPARATION_FAILED}; `
+  const guard = `${OOM_FIRST}; ${prelude} || exit ${PREPARATION_FAILED}; `
   const script = args[1]
   if ((command === 'sh' || command === '/bin/sh') && args[0] === '-c' && script !== undefined) {
     // `sh -c SCRIPT` names its $0 `sh`; `sh -c SCRIPT NAME ARGS…` names it NAME.

@@ -85,6 +85,17 @@ describe('sandbox escapes under bubblewrap', () => {
     expect(readFileSync('/proc/keys', 'utf8')).not.toContain(description)
   })
 
+  for (const mode of ['bwrap', 'none']) {
+    it(`puts its commands, not the service, first in line for the out-of-memory killer (mode ${mode})`, async () => {
+      const app = await buildTestApp({ sandbox: { mode }, tools: { builtin: ['*'] } })
+      const call = await shell(app, 'cat /proc/self/oom_score_adj; sh -c "cat /proc/self/oom_score_adj"')
+      expect(call.body.result.stdout).toBe('1000\n1000\n')
+      const started = await exec(app, 'process_start', { command: 'cat /proc/self/oom_score_adj', yield_ms: 20_000 }, { workspace: 'oom' })
+      expect(started.body.result).toMatchObject({ state: 'exited', output: '1000\n' })
+      expect(readFileSync('/proc/self/oom_score_adj', 'utf8')).not.toBe('1000\n')
+    })
+  }
+
   it('cannot reach a server on the host loopback; with sandbox.network: true it can', async () => {
     const server = await startTcpServer()
     const probe = `bash -c 'exec 3<>/dev/tcp/127.0.0.1/${server.port} && head -n1 <&3' 2>&1; echo exit=$?`
