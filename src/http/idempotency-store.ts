@@ -18,7 +18,7 @@
  * workspaces: it only borrows their root and their directory naming.
  */
 import { createHash, randomUUID } from 'node:crypto'
-import { mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises'
+import { type FileHandle, mkdir, open, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { Logger } from 'pino'
 import { directoryNameOf } from '../workspaces/ids.ts'
@@ -33,6 +33,8 @@ export interface Ticket {
   readonly record: RecordBase & { state: 'running' }
   /** Bytes set aside for its answer (`reserve`), counted until it is stored or released. */
   reserved: number
+  /** Its answer, when writing it failed (a full volume): written again at each heartbeat, the claim held meanwhile. */
+  unstored?: StoredAnswer
 }
 
 export type ClaimResult =
@@ -46,6 +48,8 @@ export interface IdempotencyStoreOptions {
   root: string
   ttlSeconds: number
   log: Logger
+  /** How often held claims are touched, and unstored answers written again (default HEARTBEAT_MS). */
+  heartbeatMs?: number
 }
 
 /** A running request's record is touched this often... */
@@ -60,6 +64,7 @@ const CLAIM_ROUNDS = 3
 export class IdempotencyStore {
   readonly dir: string
   readonly #ttlMs: number
+  readonly #heartbeatMs: number
   readonly #log: Logger
   /** The claims this instance holds, touched on every heartbeat. */
   readonly #held = new Set<Ticket>()
@@ -79,12 +84,13 @@ export class IdempotencyStore {
   constructor (options: IdempotencyStoreOptions) {
     this.dir = path.join(options.root, 'idempotency')
     this.#ttlMs = options.ttlSeconds * 1000
+    this.#heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS
     this.#log = options.log
   }
 
   /** Starts the heartbeat and the sweep of expired records, a first one at once (which counts what each tenant holds); neither keeps the process alive. */
   start (): void {
-    this.#heartbeat = setInterval(() => { void this.#touchHeld() }, HEARTBEAT_MS).unref()
+    this.#heartbeat = setInterval(() => { void this.#touchHeld() }, this.#heartbeatMs).unref()
     const sweep = (): void => {
       this.sweep().catch((error: unknown) => { this.#log.warn({ err: error }, 'idempotency sweep failed') })
     }
@@ -135,14 +141,21 @@ export class IdempotencyStore {
     return { kind: 'running' }
   }
 
-  /** Stores the answer of a claimed request, for every later request with its key. */
+  /**
+   * Stores the answer of a claimed request, for every later request with its
+   * key. When it cannot be written, the claim stays held and the answer is
+   * written again at each heartbeat until its TTL: a retry meanwhile is told
+   * the request still runs, and is never run a second time.
+   */
   async complete (ticket: Ticket, answer: StoredAnswer): Promise<void> {
-    this.#held.delete(ticket)
     try {
       const bytes = await writeAtomically(ticket.file, { ...ticket.record, state: 'done', answer })
+      this.#held.delete(ticket)
       this.#bytes.stored(path.dirname(ticket.file), bytes)
-    } finally {
       this.#unreserve(ticket)
+    } catch (error) {
+      ticket.unstored = answer
+      throw error
     }
   }
 
@@ -225,15 +238,15 @@ export class IdempotencyStore {
     await mkdir(tenantDir, { recursive: true, mode: 0o700 })
   }
 
-  /** The exclusive create of a claim: false when a record exists. */
+  /** The exclusive create of a claim: false when a record exists. One made but not written (a full volume) goes again. */
   async #create (tenantDir: string, file: string, record: KeyRecord): Promise<boolean> {
     if (!this.#madeDirs.has(tenantDir)) {
       await this.#makeTenantDir(tenantDir)
       this.#madeDirs.add(tenantDir)
     }
+    let handle: FileHandle
     try {
-      await writeFile(file, JSON.stringify(record), { flag: 'wx', mode: RECORD_MODE })
-      return true
+      handle = await open(file, 'wx', RECORD_MODE)
     } catch (error) {
       if (errnoOf(error) === 'EEXIST') return false
       if (errnoOf(error) !== 'ENOENT') throw error
@@ -243,23 +256,48 @@ export class IdempotencyStore {
       this.#madeDirs.add(tenantDir)
       return this.#create(tenantDir, file, record)
     }
+    try {
+      await handle.writeFile(JSON.stringify(record))
+    } catch (error) {
+      // Left empty, it would read as a claim being written, and answer "still running" until abandoned.
+      await rm(file, { force: true })
+      throw error
+    } finally {
+      await handle.close()
+    }
+    return true
   }
 
   /** Replaces the stale record of `generation` by `record`; false when another request replaces it. */
   async #replace (file: string, generation: string, record: KeyRecord): Promise<boolean> {
+    const marker = `${file}.${generation}.replace`
     try {
-      await writeFile(`${file}.${generation}.replace`, '', { flag: 'wx' })
+      await writeFile(marker, '', { flag: 'wx' })
     } catch (error) {
       if (errnoOf(error) === 'EEXIST') return false
       throw error
     }
-    await writeAtomically(file, record)
+    try {
+      await writeAtomically(file, record)
+    } catch (error) {
+      // Not replaced (a full volume): the marker goes, so that a later request may replace the record.
+      await rm(marker, { force: true })
+      throw error
+    }
     return true
   }
 
   async #touchHeld (): Promise<void> {
     const now = new Date()
     for (const ticket of this.#held) {
+      if (ticket.unstored !== undefined) {
+        // Past its TTL the answer would be gone anyway: the key is given up, and its next request runs.
+        if (now.getTime() > ticket.record.expiresAt) {
+          await this.release(ticket).catch(() => {})
+          continue
+        }
+        if (await this.complete(ticket, ticket.unstored).then(() => true, () => false)) continue
+      }
       await utimes(ticket.file, now, now).catch((error: unknown) => {
         this.#log.warn({ err: error }, 'could not renew an idempotency record')
       })

@@ -3,12 +3,13 @@
  * whose instance died, expiry on access and by the sweep. Two stores on one
  * directory stand for two instances sharing a workspace root.
  */
+import { execFileSync } from 'node:child_process'
 import { chmod, mkdir, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
 import { ABANDONED_AFTER_MS, type ClaimResult, IdempotencyStore, type Ticket } from '../../src/http/idempotency-store.ts'
-import { tempDir } from '../helper.ts'
+import { onCleanup, tempDir } from '../helper.ts'
 
 const log = pino({ level: 'silent' })
 const ANSWER = { status: 200, headers: { 'content-type': 'application/json; charset=utf-8' }, body: '{"ok":true}' }
@@ -139,6 +140,51 @@ describe('IdempotencyStore', () => {
     await store.sweep()
     // Left: the new answer of `again` (not expired yet, however old its file) and the running claim.
     expect((await readdir(dir)).sort()).toEqual([path.basename(again.file), path.basename(running.file)].sort())
+  })
+
+  it('on a full volume: leaves no empty claim, marker or temp file, and holds a claim whose answer it could not store until it can', async () => {
+    const root = await tempDir()
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', root])
+    onCleanup(async () => { execFileSync('umount', ['-l', root]) })
+    const store = new IdempotencyStore({ root, ttlSeconds: 60, log, heartbeatMs: 50 })
+    store.start()
+    onCleanup(async () => { store.stop() })
+    const other = new IdempotencyStore({ root, ttlSeconds: 60, log })
+    const ticket = ticketOf(await store.claim('acme', 'key', 'f1'))
+    const dir = path.dirname(ticket.file)
+    const filler = path.join(root, 'filler')
+    const fill = async (): Promise<void> => { await writeFile(filler, Buffer.alloc(256 * 1024)).catch(() => {}) }
+    await fill()
+    // The answer cannot be written: the claim stays, a retry is told it still runs (never run twice)...
+    await expect(store.complete(ticket, { ...ANSWER, body: 'x'.repeat(20_000) })).rejects.toMatchObject({ code: 'ENOSPC' })
+    expect(await readdir(dir)).toEqual([path.basename(ticket.file)])
+    expect(await other.claim('acme', 'key', 'f1')).toEqual({ kind: 'running' })
+    // ...while its heartbeat goes on (the claim is not taken for abandoned)...
+    const touched = (await stat(ticket.file)).mtimeMs
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect((await stat(ticket.file)).mtimeMs).toBeGreaterThan(touched)
+    // ...and once there is room, the answer is stored at a heartbeat and replayed.
+    await rm(filler)
+    const deadline = Date.now() + 5000
+    let found = await other.claim('acme', 'key', 'f1')
+    while (found.kind === 'running' && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      found = await other.claim('acme', 'key', 'f1')
+    }
+    expect(found).toMatchObject({ kind: 'replay', answer: { body: 'x'.repeat(20_000) } })
+    // A claim that cannot be written is no claim: nothing is left that would answer "still running".
+    await fill()
+    await expect(store.claim('acme', 'fresh', 'f1')).rejects.toMatchObject({ code: 'ENOSPC' })
+    expect(await readdir(dir)).toEqual([path.basename(ticket.file)])
+    // Nor is a takeover that could not write: its marker goes, so a later request may take the key over.
+    await rm(filler)
+    const stale = ticketOf(await other.claim('acme', 'stale', 'f1'))
+    await ageBy(stale.file, ABANDONED_AFTER_MS + 5000)
+    await fill()
+    await expect(store.claim('acme', 'stale', 'f1')).rejects.toMatchObject({ code: 'ENOSPC' })
+    expect((await readdir(dir)).filter((name) => name.endsWith('.replace') || name.endsWith('.tmp'))).toEqual([])
+    await rm(filler)
+    expect((await store.claim('acme', 'stale', 'f1')).kind).toBe('claimed')
   })
 
   it('frees a released claim: the next request with the key runs', async () => {

@@ -144,7 +144,7 @@ export async function idempotency (app: FastifyInstance, { runtime }: { runtime:
       if (body === undefined || reply.statusCode === 503 || reply.statusCode === 401 || retryInvited.has(request)) await store.release(ticket)
       else await store.complete(ticket, { status: reply.statusCode, headers: keptHeaders(reply), body, scope: scopeOf(request), tools: toolsCalled(request) })
     } catch (error) {
-      // The answer still goes out; a retry then finds the claim running until it is abandoned.
+      // The answer still goes out; a retry finds the claim running until the answer is stored (store.complete).
       request.log.error({ err: error }, 'could not store the answer of an idempotent request')
     }
     return payload
