@@ -165,8 +165,7 @@ export class McpSessions {
       calls.running++
       calls.unanswered.add(extra.requestId)
       try {
-        const outcome = await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace)
-        return toCallToolResult(outcome, this.#runtime.registry.get(outcome.tool)?.source === 'mcp')
+        return toCallToolResult(await execute(this.#runtime, { name: request.params.name, arguments: request.params.arguments ?? {} }, caller, workspace))
       } finally {
         calls.running--
         calls.unanswered.delete(extra.requestId)
