@@ -62,6 +62,6 @@ describe('resource limits', () => {
     expect(soft(result.stdout, 'Max data size')).toBe(limits.maxMemoryBytes)
     expect(soft(result.stdout, 'Max processes')).toBe(77)
     // The script ran in the launcher's own shell: its command line holds the limits, then the script.
-    expect(result.stdout).toMatch(/\/bin\/sh -c ulimit -t 42 .* \|\| exit 126; cat \/proc\/self\/limits/)
+    expect(result.stdout).toMatch(/\/bin\/sh -c .*; ulimit -t 42 .* \|\| exit 126; cat \/proc\/self\/limits/)
   })
 })
