@@ -30,7 +30,7 @@ import { limitPrefix, type ResourceLimits } from './limits.ts'
 import type { RunCgroup, RunCgroups } from './run-cgroups.ts'
 import { runPrepared } from './process.ts'
 import { commandNameOf, signalRunTree } from './process-tree.ts'
-import { KEYRING_FILTER } from './seccomp.ts'
+import { SECCOMP_FILTER } from './seccomp.ts'
 import { type LaunchOptions, type PreparedLaunch, type ProcessRunner, type RunOptions, type RunResult, SECCOMP_FD, WORKSPACE_FD } from './types.ts'
 import { BWRAP } from './programs.ts'
 import type { NetworkLease, WorkspaceNetworks } from './workspace-network.ts'
@@ -202,7 +202,7 @@ export class BwrapRunner implements ProcessRunner {
       args: argv.slice(1),
       env: { PATH: SAFE_PATH },
       cwd: options.cwd,
-      passes: bindsDescriptor(options) ? [KEYRING_FILTER, options.directory as number] : [KEYRING_FILTER],
+      passes: bindsDescriptor(options) ? [SECCOMP_FILTER, options.directory as number] : [SECCOMP_FILTER],
       killTree: cgroup?.killAll,
       // bwrap's monitor and the namespace's init: a TERM would end them, and with them (by SIGKILL) the command.
       signalTree: (pid, signal) => signalRunTree({ pid, cgroupPids: cgroup?.pids, spare: (each) => commandNameOf(each) === 'bwrap' }, signal),

@@ -56,7 +56,7 @@ describe('sandbox escapes under bubblewrap', () => {
     expect(readFileSync(path.join(workspaceDir(root, 'attacker'), 'mine.txt'), 'utf8')).toBe('contained\n')
   })
 
-  it("cannot leave a key in the kernel's keyrings, make a user namespace, or see other runs' cgroups: in a call and in a process", async () => {
+  it("cannot leave a key in the kernel's keyrings, make a user namespace, lease a file, or see other runs' cgroups: in a call and in a process", async () => {
     const app = await buildTestApp({ sandbox: BWRAP, tools: { builtin: ['*'] } })
     const description = tag()
     // add_key(2) into the user's keyring (KEY_SPEC_USER_KEYRING, -4), which every run of the host user would share
@@ -65,9 +65,13 @@ describe('sandbox escapes under bubblewrap', () => {
     const command = [
       `perl -e 'my ($type, $name, $payload) = ("user", "${description}", "payload"); my $serial = syscall(${addKey}, $type, $name, $payload, 7, -4); print "add_key=$serial errno=", $! + 0, "\\n"'`,
       'unshare -Ur true 2>/dev/null; echo "unshare=$?"',
+      // A read lease (F_SETLEASE 1024, F_RDLCK 0) on a host file the sandbox's user owns (the service's: here root).
+      `perl -e 'open(my $f, "<", "/etc/passwd") or die; my $r = fcntl($f, 1024, 0); print "lease=", (defined $r ? "taken" : $! + 0), "\\n"'`,
+      // Other fcntl commands and locks work as ever.
+      'flock -n /tmp/lock true; echo "flock=$?"',
       'echo "cgroups=$(ls -A /sys/fs/cgroup | wc -l)"',
-      // The shell's own descriptors, not read through a $(…), whose pipe the shell would hold meanwhile.
-      'printf descriptors=; ls /proc/$$/fd | tr "\\n" " "; echo',
+      // The shell's own descriptors, listed last and through no pipe or $(…), whose other end the shell would hold meanwhile.
+      'echo descriptors:; ls /proc/$$/fd',
     ].join('; ')
     const call = await shell(app, command)
     expect(call.status, JSON.stringify(call.body)).toBe(200)
@@ -78,9 +82,11 @@ describe('sandbox escapes under bubblewrap', () => {
       // EPERM (1), as container runtimes' default profiles answer.
       expect(output).toContain('add_key=-1 errno=1\n')
       expect(output).toMatch(/^unshare=[1-9]/m)
+      expect(output).toContain('lease=1\n')
+      expect(output).toContain('flock=0\n')
       expect(output).toContain('cgroups=0\n')
       // Nothing the service handed bwrap (its filter, the workspace directory) reaches the command.
-      expect(output).toMatch(/^descriptors=0 1 2 $/m)
+      expect(output).toMatch(/\ndescriptors:\n0\n1\n2\n$/)
     }
     expect(readFileSync('/proc/keys', 'utf8')).not.toContain(description)
   })
