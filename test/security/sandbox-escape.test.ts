@@ -66,7 +66,7 @@ describe('sandbox escapes under bubblewrap', () => {
       `perl -e 'my ($type, $name, $payload) = ("user", "${description}", "payload"); my $serial = syscall(${addKey}, $type, $name, $payload, 7, -4); print "add_key=$serial errno=", $! + 0, "\\n"'`,
       'unshare -Ur true 2>/dev/null; echo "unshare=$?"',
       // A read lease (F_SETLEASE 1024, F_RDLCK 0) on a host file the sandbox's user owns (the service's: here root).
-      `perl -e 'open(my $f, "<", "/etc/passwd") or die; my $r = fcntl($f, 1024, 0); print "lease=", (defined $r ? "taken" : $! + 0), "\\n"'`,
+      'perl -e \'open(my $f, "<", "/etc/passwd") or die; my $r = fcntl($f, 1024, 0); print "lease=", (defined $r ? "taken" : $! + 0), "\\n"\'',
       // Other fcntl commands and locks work as ever.
       'flock -n /tmp/lock true; echo "flock=$?"',
       'echo "cgroups=$(ls -A /sys/fs/cgroup | wc -l)"',
