@@ -11,6 +11,7 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { link, open, rename, rm, writeFile } from 'node:fs/promises'
+import { ToolError } from '../errors.ts'
 
 /** The key's file, in the workspace root. */
 export const PEER_KEY_FILE = '.peer-key'
@@ -55,19 +56,21 @@ export class PeerKey {
   }
 
   async #read (): Promise<{ key?: string, missing: boolean }> {
-    let handle
+    let text: string
     try {
-      handle = await open(this.#file(), 'r')
+      const handle = await open(this.#file(), 'r')
+      try {
+        const { buffer, bytesRead } = await handle.read({ buffer: Buffer.alloc(READ_BYTES) })
+        text = buffer.toString('latin1', 0, bytesRead).trim()
+      } finally {
+        await handle.close()
+      }
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return { missing: true }
-      throw error
+      const code = (error as NodeJS.ErrnoException).code
+      if (code === 'ENOENT') return { missing: true }
+      // A failure of the deployment (instances of different users on one volume, a directory in its place): the operator's to mend.
+      throw new ToolError('ExecutionFailed', `the instances' key (${PEER_KEY_FILE} in the workspace root) cannot be read (${code ?? 'error'}); every instance sharing the workspace root must run as the same user`, { cause: error })
     }
-    try {
-      const { buffer, bytesRead } = await handle.read({ buffer: Buffer.alloc(READ_BYTES) })
-      const text = buffer.toString('latin1', 0, bytesRead).trim()
-      return KEY.test(text) ? { key: text, missing: false } : { missing: false }
-    } finally {
-      await handle.close()
-    }
+    return KEY.test(text) ? { key: text, missing: false } : { missing: false }
   }
 }

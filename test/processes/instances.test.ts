@@ -301,11 +301,13 @@ except Exception as e: print('unreachable', e)"`
     // A client that marks its request as forwarded (which would run it where it lands, in another network,
     // and count only that instance's processes) is refused, and starts nothing.
     const listed = (await call(a, 'GET', '/v1/workspaces/w2/processes')).body['processes'].length
-    for (const marked of ['1', 'yes', '0'.repeat(64)]) {
+    for (const marked of ['yes', '0'.repeat(64), '2']) {
       const refused = await call(b, 'POST', '/v1/tools/exec_shell/execute', { arguments: { command: client }, workspace: 'w2' }, 'token-acme', { 'toolport-forwarded': marked })
       expect(refused).toMatchObject({ status: 403, body: { code: 'PermissionDenied' } })
       expect(await call(b, 'POST', '/v1/workspaces/w2/processes', { command: 'sleep 60' }, 'token-acme', { 'toolport-forwarded': marked })).toMatchObject({ status: 403, body: { code: 'PermissionDenied' } })
     }
+    // What an instance of an earlier version sends (during an update): retried once the update is over, never run.
+    expect(await call(b, 'POST', '/v1/workspaces/w2/processes', { command: 'sleep 60' }, 'token-acme', { 'toolport-forwarded': '1' })).toMatchObject({ status: 503, body: { code: 'Overloaded' } })
     expect((await call(a, 'GET', '/v1/workspaces/w2/processes')).body['processes'].length).toBe(listed)
     // The instances' key is a file of the shared root that only they read; with it, the request is taken as forwarded.
     const keyFile = path.join(root, '.peer-key')

@@ -1,5 +1,5 @@
 /** The instances' key for forwarded requests (src/processes/peer-key.ts), on a real directory as instances share it. */
-import { readdir, readFile, stat, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { PEER_KEY_FILE, PeerKey } from '../../src/processes/peer-key.ts'
@@ -49,5 +49,14 @@ describe('the instances\' key', () => {
     await writeFile(file, 'e'.repeat(64))
     expect(await key.admits(before)).toBe(false)
     expect(await key.admits('e'.repeat(64))).toBe(true)
+  })
+
+  it('says what is wrong when the key cannot be read (a directory in its place, another user\'s file)', async () => {
+    const dir = await tempDir('toolport-peer-key-')
+    await mkdir(path.join(dir, PEER_KEY_FILE))
+    const key = new PeerKey(() => path.join(dir, PEER_KEY_FILE))
+    for (const attempt of [key.value(), key.admits('x')]) {
+      await expect(attempt).rejects.toMatchObject({ code: 'ExecutionFailed', message: expect.stringContaining('cannot be read (EISDIR); every instance sharing the workspace root must run as the same user') })
+    }
   })
 })

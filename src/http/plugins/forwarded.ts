@@ -25,6 +25,8 @@ export function installForwarded (app: FastifyInstance, key: PeerKey): void {
     const offered = request.headers[FORWARDED_HEADER]
     // The route's own pattern, as auth takes it.
     if (offered === undefined || !needsAuth(request.routeOptions.url ?? request.url)) return
+    // What an instance of an earlier version sends: during a rolling update the request goes again once it is over.
+    if (offered === '1') throw new ToolError('Overloaded', 'an instance of an earlier version of the service forwarded this request (an update is under way); retry it shortly', { retryAfterSeconds: 1 })
     if (typeof offered !== 'string' || !await key.admits(offered)) {
       throw new ToolError('PermissionDenied', `the ${FORWARDED_HEADER} header is for requests between instances of the service, and this one does not carry their key`)
     }
