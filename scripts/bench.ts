@@ -234,7 +234,8 @@ async function benchSpawn (label: string, toolport: Child, bare: Child, kind: st
   const exec = () => load({ url: execute(toolport.base, 'exec_shell'), connections: 1, seconds: SECONDS, body })
   await load({ url: execute(toolport.base, 'exec_shell'), connections: 1, seconds: 1, body })
   await load({ url: `${bare.base}/spawn/${kind}`, connections: 1, seconds: 1, body: {} })
-  const raw = await spawnLoop(argv, cwd, 100)
+  const { SECCOMP_FILTER } = await import(path.join(ROOT, 'dist', 'src', 'sandbox', 'seccomp.js'))
+  const raw = await spawnLoop(argv, cwd, 100, SECCOMP_FILTER)
   const runs = await alternate(ROUNDS, exec, spawnRoute(kind))
   const [toolportRun, bareRun] = [medianRun(runs.toolport), medianRun(runs.bare)]
   const unlimited = medianRun([await spawnRoute(`${kind}-bare`)(), await spawnRoute(`${kind}-bare`)()])
@@ -301,7 +302,8 @@ async function main (): Promise<void> {
       servers.push(sandboxed.server)
       const bwrapArgv = await rawArgv('bwrap', scratch, [sandboxed.root, sandboxed.configFile])
       const bwrapBare = await rawArgv('bwrap', scratch, [sandboxed.root, sandboxed.configFile], false)
-      const bareBwrap = await startBare(dir, 'bare-bwrap', { BENCH_CWD: scratch, BENCH_ARGV_BWRAP: JSON.stringify(bwrapArgv), BENCH_ARGV_BWRAP_BARE: JSON.stringify(bwrapBare) })
+      const { SECCOMP_FILTER } = await import(path.join(ROOT, 'dist', 'src', 'sandbox', 'seccomp.js'))
+      const bareBwrap = await startBare(dir, 'bare-bwrap', { BENCH_CWD: scratch, BENCH_ARGV_BWRAP: JSON.stringify(bwrapArgv), BENCH_ARGV_BWRAP_BARE: JSON.stringify(bwrapBare), BENCH_SECCOMP: (SECCOMP_FILTER as Buffer).toString('base64') })
       servers.push(bareBwrap)
       await benchSpawn('sandbox on (bubblewrap)', sandboxed.server, bareBwrap, 'bwrap', bwrapArgv, scratch)
     }
