@@ -83,6 +83,9 @@ export function shortMessage (error: unknown): string {
   return clipText(message.replace(/\s+/g, ' ').trim(), 500)
 }
 
+/** How MCP's SDKs word a result they refuse (the server's own, or ours of it): no fault of the arguments. */
+const RESULT_REFUSED = /^(Invalid tools\/call result|Structured content does not match|Failed to validate structured content)/
+
 /**
  * A failed MCP request as a ToolError. `signal` is checked first: the SDK
  * reports an abort as a RequestTimeout, which must not read as a timeout.
@@ -100,6 +103,8 @@ export function errorOf (error: unknown, server: string, signal: AbortSignal, ti
         return new ToolError('Timeout', `MCP server ${server} did not answer within ${timeoutMs} ms`)
       case ErrorCode.InvalidParams:
       case ErrorCode.MethodNotFound:
+        // The server's SDK refusing the server's own result takes the code of bad arguments too.
+        if (RESULT_REFUSED.test(mcpMessage(error))) break
         return new ToolError('InvalidArgs', mcpMessage(error))
       case ErrorCode.ConnectionClosed:
         if (data !== undefined || !/^MCP error -32000: (Connection closed|Request was cancelled)$/.test(error.message)) break

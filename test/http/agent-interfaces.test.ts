@@ -244,6 +244,10 @@ describe('each tool as an OpenAPI operation', () => {
     const deep = await app.inject({ method: 'POST', url: '/v1/tools/odd__deep_result/invoke', payload: {} })
     expect(deep.statusCode).toBe(500)
     expect(deep.json()).toMatchObject({ code: 'ExecutionFailed', detail: 'the tool\'s result is nested more than 200 levels deep' })
+    // A result its server's own SDK refuses to send (InvalidParams, as for bad arguments) is the server's failure, not the caller's.
+    const refused = await app.inject({ method: 'POST', url: '/v1/tools/odd__array_result/invoke', payload: {} })
+    expect(refused.statusCode).toBe(500)
+    expect(refused.json()).toMatchObject({ code: 'ExecutionFailed', detail: expect.stringMatching(/^MCP server odd: Invalid tools\/call result/) })
   })
 })
 
