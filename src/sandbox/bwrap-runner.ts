@@ -202,6 +202,7 @@ export class BwrapRunner implements ProcessRunner {
       args: argv.slice(1),
       env: { PATH: SAFE_PATH },
       cwd: options.cwd,
+      // From descriptor 3 on, as the argument list names them: SECCOMP_FD, then WORKSPACE_FD.
       passes: bindsDescriptor(options) ? [SECCOMP_FILTER, options.directory as number] : [SECCOMP_FILTER],
       killTree: cgroup?.killAll,
       // bwrap's monitor and the namespace's init: a TERM would end them, and with them (by SIGKILL) the command.

@@ -9,6 +9,7 @@ import path from 'node:path'
 import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
 import { type BwrapOptions, BwrapRunner } from './bwrap-runner.ts'
+import { FILTERED_ARCHITECTURES } from './seccomp.ts'
 import { findPrlimit, probeUlimitUnits, type ResourceLimits, ulimitCommands } from './limits.ts'
 import { PlainRunner } from './plain-runner.ts'
 import { runPrepared } from './process.ts'
@@ -82,6 +83,7 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
   const problem = await probe((run) => bwrap.run(run))
   if (problem === null) {
     if (process.getuid?.() === 0) options.log.warn(ROOT_SANDBOX_WARNING)
+    if (!FILTERED_ARCHITECTURES.includes(process.arch)) options.log.warn({ arch: process.arch }, 'the sandbox\'s seccomp filter knows x86-64 and arm64 only: here commands may use the kernel\'s keyrings and file leases')
     const networks = sandbox.network ? undefined : options.networks
     return networks ? await joiningNetworks(bwrap, bwrapOptions, networks, options.log) : bwrap
   }

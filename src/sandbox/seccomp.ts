@@ -43,6 +43,9 @@ const ARCHITECTURES: Array<{ arch: number, refused: number[], fcntl: number[] }>
   { arch: 0x40000028, refused: [309, 310, 311], fcntl: [55, 221] },
 ]
 
+/** The machines (`process.arch`) whose programs are all of the architectures above. */
+export const FILTERED_ARCHITECTURES: readonly string[] = ['x64', 'arm64']
+
 interface Instruction {
   code: number
   jt: number

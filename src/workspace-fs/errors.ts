@@ -26,9 +26,9 @@ export function fsError (error: unknown, userPath: string): unknown {
     case 'EACCES': case 'EPERM': return new ToolError('PermissionDenied', `${shown}: permission denied`)
     case 'ELOOP': return new ToolError('InvalidPath', `${shown} is a symbolic link`)
     case 'ENAMETOOLONG': return new ToolError('InvalidPath', `${shown} is too long`)
-    // A full volume is the operator's to know of: the cause makes it a failure of the service (errors.ts isFailure).
     // O_NONBLOCK's answer for a file another process holds a lease on (it would otherwise wait out the lease-break time).
-    case 'EAGAIN': case 'EWOULDBLOCK': return new ToolError('Conflict', `${shown} is held by another process (a file lease); try again once it lets go`)
+    case 'EAGAIN': return new ToolError('Conflict', `${shown} is held by another process (a file lease); try again once it lets go`)
+    // A full volume is the operator's to know of: the cause makes it a failure of the service (errors.ts isFailure).
     case 'ENOSPC': case 'EDQUOT': return new ToolError('ExecutionFailed', 'no space left for the workspace', { cause: error })
     default: return error
   }

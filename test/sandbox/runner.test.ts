@@ -14,6 +14,7 @@ import { parseConfig } from '../../src/config.ts'
 import { createRunner } from '../../src/sandbox/index.ts'
 import { findPrlimit } from '../../src/sandbox/limits.ts'
 import { PlainRunner } from '../../src/sandbox/plain-runner.ts'
+import { fillPasses, passedStdio } from '../../src/sandbox/process.ts'
 import type { ProcessRunner, RunOptions } from '../../src/sandbox/types.ts'
 import { buildTestApp, tempDir } from '../helper.ts'
 import { processesWith, uniqueSleepSeconds } from '../support/processes.ts'
@@ -51,7 +52,9 @@ describe('the bubblewrap runner', () => {
       await rename(cwd, path.join(root, 'trashed'))
       await mkdir(cwd)
       const launch = await runner.prepare({ command: 'sh', args: ['-c', 'echo old > here.txt; for fd in /proc/self/fd/*; do readlink "$fd"; done; true'], cwd, directory: held.fd })
-      const child = await execa(launch.file, launch.args, { cwd: launch.cwd, env: launch.env, extendEnv: false, stdio: ['ignore', 'pipe', 'pipe', ...(launch.passes ?? []) as unknown as Array<'ignore'>], reject: false })
+      const running = execa(launch.file, launch.args, { cwd: launch.cwd, env: launch.env, extendEnv: false, stdio: ['ignore', 'pipe', 'pipe', ...passedStdio(launch.passes) as Array<'pipe'>], reject: false })
+      fillPasses(running.stdio, launch.passes)
+      const child = await running
       launch.release()
       expect(child.exitCode, child.stderr).toBe(0)
       expect(readdirSync(cwd)).toEqual([])
