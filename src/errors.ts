@@ -151,7 +151,18 @@ export function isFailure (thrown: unknown): boolean {
  */
 export function asToolError (error: unknown): ToolError {
   if (error instanceof ToolError) return error
-  return descriptorShortage(error) ?? new ToolError('ExecutionFailed', 'internal error while running the tool', { cause: error })
+  return descriptorShortage(error) ?? volumeFull(error) ?? new ToolError('ExecutionFailed', 'internal error while running the tool', { cause: error })
+}
+
+/**
+ * A write of the service's own (a workspace made, a record kept) that found
+ * its volume full (ENOSPC, EDQUOT): a failure the operator is to know of
+ * (its cause is logged), said as what it is rather than an internal error.
+ */
+export function volumeFull (error: unknown): ToolError | undefined {
+  const code = (error as { code?: unknown } | null)?.code
+  if (code !== 'ENOSPC' && code !== 'EDQUOT') return undefined
+  return new ToolError('ExecutionFailed', 'no space left on the workspaces volume', { cause: error })
 }
 
 /**

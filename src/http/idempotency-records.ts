@@ -3,8 +3,8 @@
  * atomic rename and read with its mtime from one open file (the store's
  * heartbeat is that mtime).
  */
-import { randomUUID } from 'node:crypto'
-import { open, rename, rm, writeFile } from 'node:fs/promises'
+import { open } from 'node:fs/promises'
+import { replaceFile } from '../replace-file.ts'
 
 export const errnoOf = (error: unknown): string | undefined => (error as NodeJS.ErrnoException).code
 
@@ -33,17 +33,10 @@ export type KeyRecord = (RecordBase & { state: 'running' }) | (RecordBase & { st
 /** A record holds a whole answer: for the service's user alone (its directory is private too). */
 export const RECORD_MODE = 0o600
 
-/** Writes `record` whole in place of `file`; answers its size. A write that fails (a full volume) leaves no temp file. */
+/** Writes `record` whole in place of `file`; answers its size. */
 export async function writeAtomically (file: string, record: KeyRecord): Promise<number> {
-  const temp = `${file}.${randomUUID()}.tmp`
   const text = JSON.stringify(record)
-  try {
-    await writeFile(temp, text, { mode: RECORD_MODE })
-    await rename(temp, file)
-  } catch (error) {
-    await rm(temp, { force: true })
-    throw error
-  }
+  await replaceFile(file, text, RECORD_MODE)
   return Buffer.byteLength(text)
 }
 

@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto'
 import { access, mkdir, rename, rm, rmdir, stat, utimes, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { replaceFile } from '../replace-file.ts'
 import { WorkspaceLayout } from '../workspaces/meta.ts'
 import { listIfPresent, readTextIfPresent } from '../workspaces/read-if-present.ts'
 
@@ -61,9 +62,7 @@ export class ProcessRecords {
     const file = path.join(dir, `${record.id}.json`)
     if (options.update !== true) await mkdir(path.join(dir, RUNNING), { recursive: true })
     else if (!await access(file).then(() => true, () => false)) return
-    const temp = `${file}.${randomUUID()}.tmp`
-    await writeFile(temp, JSON.stringify(record))
-    await rename(temp, file)
+    await replaceFile(file, JSON.stringify(record))
     // Running elsewhere, as far as any other instance should know: a marker it finds without reading every record.
     const marker = path.join(dir, RUNNING, record.id)
     if (record.ended_at === null && record.owner !== null) await writeFile(marker, '')

@@ -12,8 +12,9 @@
  * creating the same id cannot both win; renewals replace it atomically.
  */
 import { randomUUID } from 'node:crypto'
-import { access, chmod, link, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { access, chmod, link, mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { replaceFile } from '../replace-file.ts'
 import { CrashLeftRecords } from './crash-left-meta.ts'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
@@ -157,10 +158,7 @@ export class WorkspaceLayout {
 
   /** Replaces the metadata atomically (readers never see half a file). */
   async save (meta: WorkspaceMeta): Promise<void> {
-    const file = this.metaFile(meta.tenant, meta.id)
-    const temp = `${file}.${randomUUID()}.tmp`
-    await writeFile(temp, JSON.stringify(meta))
-    await rename(temp, file)
+    await replaceFile(this.metaFile(meta.tenant, meta.id), JSON.stringify(meta))
   }
 
   /**

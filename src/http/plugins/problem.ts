@@ -5,7 +5,7 @@
  * the log only.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
-import { descriptorShortage, isFailure, PROBLEM_CONTENT_TYPE, toProblem, ToolError } from '../../errors.ts'
+import { descriptorShortage, isFailure, PROBLEM_CONTENT_TYPE, toProblem, ToolError, volumeFull } from '../../errors.ts'
 import { errorWithinLimit } from '../../execution/truncate.ts'
 
 declare module 'fastify' {
@@ -55,7 +55,7 @@ function fromFastifyError (error: FastifyError, request: FastifyRequest): ToolEr
   if (error.statusCode === 413) return new ToolError('PayloadTooLarge', 'the request is too large')
   if (error instanceof SyntaxError || error.statusCode === 400) return new ToolError('BadRequest', `malformed request: ${error.message.split('\n')[0]}`)
   if (error.statusCode !== undefined && error.statusCode < 500) return new ToolError('BadRequest', error.message.split('\n')[0] ?? 'bad request')
-  return descriptorShortage(error) ?? new ToolError('ExecutionFailed', 'internal error', { cause: error })
+  return descriptorShortage(error) ?? volumeFull(error) ?? new ToolError('ExecutionFailed', 'internal error', { cause: error })
 }
 
 /**
