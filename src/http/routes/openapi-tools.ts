@@ -163,7 +163,7 @@ export const openApiToolRoutes: FastifyPluginAsyncTypebox<{ runtime: Runtime }> 
       querystring: Type.Object({ [WORKSPACE_QUERY]: Type.Optional(Type.String({ description: 'A persistent workspace id (or the Toolport-Workspace header)' })) }, { additionalProperties: false }),
       headers: Type.Object({ [WORKSPACE_HEADER]: Type.Optional(Type.String()) }),
       body: JsonObject,
-      response: { 200: AnyJson, ...problems(400, 401, 403, 404, 413, 500, 503, 504) },
+      response: { 200: AnyJson, ...problems(400, 401, 403, 404, 409, 413, 500, 503, 504) },
     },
   }, async (request, reply) => {
     const query = request.query[WORKSPACE_QUERY]
