@@ -6,6 +6,7 @@
 import { mkdtemp, realpath, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
 import type { Config } from '../config.ts'
 import { type BwrapOptions, BwrapRunner } from './bwrap-runner.ts'
@@ -44,16 +45,42 @@ function limitsOf (sandbox: Config['sandbox']): ResourceLimits {
   }
 }
 
-/** Runs `true` with `run` in a scratch directory: does bubblewrap work here? */
-async function probe (run: (options: RunOptions) => Promise<RunResult>): Promise<string | null> {
+/** Failures to start a program for want of a descriptor, a process or memory: they pass, and say nothing of the sandbox. */
+const SHORTAGES = new Set(['EMFILE', 'ENFILE', 'EAGAIN', 'ENOMEM'])
+/** The same, as bubblewrap or a shell inside it reports them. */
+const SHORTAGE_TEXT = /Too many open files|Resource temporarily unavailable|Cannot allocate memory/
+/** How often, and how far apart, a probe that met a shortage is tried again. */
+const PROBE_TRIES = 10
+const PROBE_RETRY_MS = 500
+
+/** Runs `true` with `run` in a scratch directory: null when it ran, else why not; 'shortage' when nothing could start. */
+async function probeOnce (run: (options: RunOptions) => Promise<RunResult>): Promise<string | null> {
   const dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'toolport-probe-')))
   try {
     const result = await run({ command: 'true', args: [], cwd: dir, timeoutMs: 10_000, signal: new AbortController().signal, maxOutputBytes: 4096 })
-    return result.exitCode === 0 ? null : (result.stderr.trim() || `exit code ${result.exitCode}`)
+    if (result.exitCode === 0) return null
+    if (SHORTAGES.has(result.startFailure ?? '') || SHORTAGE_TEXT.test(result.stderr)) return 'shortage'
+    return result.stderr.trim() || `exit code ${result.exitCode}`
   } catch (error) {
-    return (error as Error).message
+    return SHORTAGES.has((error as NodeJS.ErrnoException).code ?? '') ? 'shortage' : (error as Error).message
   } finally {
     await rm(dir, { recursive: true, force: true })
+  }
+}
+
+/**
+ * Does bubblewrap work here? null when it does, else why not. A probe that
+ * could not start anything (no descriptor free for a moment) is tried again;
+ * one that never can stops the start: it says nothing of bubblewrap, and
+ * taking it for "does not work" would run every command without a sandbox.
+ */
+async function probe (run: (options: RunOptions) => Promise<RunResult>, log: Logger): Promise<string | null> {
+  for (let tries = 1; ; tries++) {
+    const problem = await probeOnce(run)
+    if (problem !== 'shortage') return problem
+    if (tries === PROBE_TRIES) throw new Error('the sandbox could not be probed: no file descriptor, process or memory was free to start a program')
+    log.warn('the sandbox probe could not start a program (no file descriptor, process or memory free just now): trying again')
+    await sleep(PROBE_RETRY_MS)
   }
 }
 
@@ -80,7 +107,7 @@ export async function createRunner (sandbox: Config['sandbox'], options: RunnerO
     ulimits,
   }
   const bwrap = new BwrapRunner(bwrapOptions)
-  const problem = await probe((run) => bwrap.run(run))
+  const problem = await probe((run) => bwrap.run(run), options.log)
   if (problem === null) {
     if (process.getuid?.() === 0) options.log.warn(ROOT_SANDBOX_WARNING)
     if (!FILTERED_ARCHITECTURES.includes(process.arch)) options.log.warn({ arch: process.arch }, 'the sandbox\'s seccomp filter knows x86-64 and arm64 only: here commands may use the kernel\'s keyrings and file leases')
@@ -102,7 +129,7 @@ async function joiningNetworks (bwrap: BwrapRunner, bwrapOptions: BwrapOptions, 
   const joining = new BwrapRunner({ ...bwrapOptions, networks })
   // prepare() is a long-running process's: it makes the scratch directory a network of its own, ended after.
   const problem = nsenterAvailable()
-    ? await probe((run) => runPrepared((launch) => joining.prepare(launch), run).finally(() => networks.end(run.cwd)))
+    ? await probe((run) => runPrepared((launch) => joining.prepare(launch), run).finally(() => networks.end(run.cwd)), log)
     : `${NSENTER} not found`
   if (problem === null) return joining
   log.warn({ reason: problem }, 'workspace networks do not work here: every sandboxed command has a network of its own, so a server a process starts is not reachable from its workspace\'s other commands')

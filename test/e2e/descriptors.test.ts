@@ -47,4 +47,20 @@ describe('out of file descriptors', () => {
     expect(after.body['result']).toMatchObject({ exit_code: 0, stdout: 'back\n' })
     expect(server.output()).not.toMatch(/shutting down after an error|TypeError/)
   }, 60_000)
+
+  it('never takes a probe that found no descriptor free for "bubblewrap does not work" (sandbox auto): it tries again', async () => {
+    const server = await startServer({ sandbox: { mode: 'auto' }, logging: { level: 'info' } })
+    const pid = server.child.pid as number
+    // The probe begins 100 ms after listening when no request comes first: the descriptors run short before it.
+    const deadline = Date.now() + 15_000
+    while (!server.stdout().includes('Server listening') && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 2))
+    const before = descriptorLimit(pid)
+    limitDescriptors(pid, readdirSync(`/proc/${pid}/fd`).length)
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    limitDescriptors(pid, before)
+    await waitReady(server)
+    expect(server.stdout()).toContain('the sandbox probe could not start a program')
+    expect(server.stdout()).not.toContain('WITHOUT a sandbox')
+    expect((await (await fetch(`${server.base}/readyz`)).json())).toMatchObject({ sandbox: 'bwrap' })
+  }, 60_000)
 })
