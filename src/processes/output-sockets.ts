@@ -18,6 +18,7 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import { descriptorShortage, ToolError } from '../errors.ts'
 
 /** The buffer each reader reuses: the most a pipe hands over at once. */
 const READ_BYTES = 64 * 1024
@@ -67,7 +68,13 @@ export class OutputSockets {
         this.#listening = undefined
         void listening.then(async (made) => { made.server.close(); await made.remove() }).catch(() => {})
       }
-      return await this.#pairThrough(await (this.#listening ?? this.#startListening()), onBytes)
+      try {
+        return await this.#pairThrough(await (this.#listening ?? this.#startListening()), onBytes)
+      } catch (again) {
+        // A listener just made cannot be gone already: its connections are what failed (no descriptor free, say).
+        if (again instanceof ListenerGone) throw new ToolError('Overloaded', 'the output of the process could not be connected just now; retry shortly', { retryAfterSeconds: 1, cause: again })
+        throw again
+      }
     }
   }
 
@@ -83,9 +90,10 @@ export class OutputSockets {
     const nonce = randomBytes(NONCE_BYTES)
     const key = nonce.toString('hex')
     const buffer = Buffer.allocUnsafe(READ_BYTES)
+    let readerError: Error | undefined
     const reader = net.connect({ path: file, onread: { buffer, callback: (size: number) => { onBytes(buffer.subarray(0, size)); return true } } })
     const accepted = new Promise<net.Socket>((resolve, reject) => {
-      const timer = setTimeout(() => { done(new Error('the output socket of a process could not be made in time')) }, PAIR_TIMEOUT_MS)
+      const timer = setTimeout(() => { done(new ToolError('Overloaded', 'the output socket of a process could not be made in time; retry shortly', { retryAfterSeconds: 1 })) }, PAIR_TIMEOUT_MS)
       const done = (error: Error | undefined, writer?: net.Socket): void => {
         clearTimeout(timer)
         this.#waiting.delete(key)
@@ -93,13 +101,13 @@ export class OutputSockets {
         if (error) reject(error)
         else resolve(writer as net.Socket)
       }
-      // Closed before its pair was made: no listener of ours at that path (gone, or another's).
-      const closedFirst = (): void => { done(new ListenerGone()) }
+      // Closed before its pair was made: no descriptor was free for it, or no listener of ours is at that path (gone, or another's).
+      const closedFirst = (): void => { done(descriptorShortage(readerError) ?? new ListenerGone()) }
       reader.once('close', closedFirst)
       this.#waiting.set(key, (writer) => { done(undefined, writer) })
     })
     reader.once('connect', () => reader.write(nonce))
-    reader.on('error', () => {})
+    reader.on('error', (error) => { readerError = error })
     try {
       return { reader, writer: await accepted }
     } catch (error) {

@@ -6,7 +6,7 @@
 import os from 'node:os'
 import path from 'node:path'
 import { type AnyTool, HINTS, hintsOf, inputSchemaProblem, type JsonSchema, SOURCE_TOOL_NAME, type ToolAnnotations } from '../execution/tool.ts'
-import { ToolError } from '../errors.ts'
+import { descriptorShortage, ToolError } from '../errors.ts'
 import { checkArgv } from '../sandbox/command-rules.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { clipText, truncateString } from '../execution/truncate.ts'
@@ -90,6 +90,9 @@ export function executableTool (file: string, description: Description, options:
       })
       if (run.timedOut) throw new ToolError('Timeout', `${description.name} timed out after ${options.timeoutSeconds}s`)
       if (run.cancelled) throw new ToolError('ExecutionFailed', 'cancelled')
+      // Not started for want of a descriptor: it may start once others close.
+      const shortage = descriptorShortage({ code: run.startFailure })
+      if (shortage) throw shortage
       if (run.exitCode !== 0) {
         const stderr = clipText(run.stderr, STDERR_IN_ERROR_BYTES)
         // Killed by a signal, it has the code a shell (and bubblewrap, which runs it under the sandbox) gives: 128 + the signal's number.

@@ -7,7 +7,7 @@
  */
 import { pipeline, type Readable, type Transform } from 'node:stream'
 import { MIMEType } from 'node:util'
-import { ToolError } from '../errors.ts'
+import { descriptorShortage, ToolError } from '../errors.ts'
 
 /** undici's refusals of a request it will not send: the caller's method or headers. */
 const UNSENDABLE = new Set(['UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED'])
@@ -22,6 +22,9 @@ export function requestFailure (error: unknown, peer: string, call: { signal: Ab
   if (error instanceof ToolError) return error
   if (call.timeout.aborted) return new ToolError('Timeout', `${peer} gave no answer within ${call.timeoutMs / 1000}s`)
   if (call.signal.aborted) return new ToolError('ExecutionFailed', 'cancelled')
+  // No descriptor free for the socket: no fault of the site or the call, and gone once others close.
+  const shortage = descriptorShortage(error) ?? descriptorShortage((error as { cause?: unknown }).cause)
+  if (shortage) return shortage
   const code = (error as { code?: string }).code
   if (code !== undefined && UNSENDABLE.has(code)) return new ToolError('InvalidArgs', `the request cannot be sent: ${(error as Error).message}`)
   return new ToolError('ExecutionFailed', `the connection to ${peer} failed: ${code ?? (error as Error).message}`)

@@ -7,7 +7,9 @@
 import { execFileSync } from 'node:child_process'
 import { readdirSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
+import { describeJson, placeTool, shTool, toolsDir } from '../sources/helpers.ts'
 import { startServer, waitReady } from '../support/server-process.ts'
+import { tarOf } from '../support/tarball.ts'
 
 /** Sets the server's soft descriptor limit (its hard one stays, so it may be raised again). */
 const limitDescriptors = (pid: number, count: number | string): void => { execFileSync('prlimit', [`--pid=${pid}`, `--nofile=${count}:`]) }
@@ -47,6 +49,44 @@ describe('out of file descriptors', () => {
     expect(after.body['result']).toMatchObject({ exit_code: 0, stdout: 'back\n' })
     expect(server.output()).not.toMatch(/shutting down after an error|TypeError/)
   }, 60_000)
+
+  it('answers every way of starting a program or opening a file 2xx or 503, whatever few descriptors are left', async () => {
+    const dir = await toolsDir()
+    await placeTool(dir, 'hello', shTool(describeJson('hello'), 'echo \'{"hi": 1}\''))
+    const server = await startServer({ tools: { builtin: ['*'], dirs: [dir] }, logging: { level: 'warn' } })
+    await waitReady(server)
+    const pid = server.child.pid as number
+    const before = descriptorLimit(pid)
+    const archive = tarOf([{ name: 'a.txt', content: 'a' }, { name: 'b/c.txt', content: 'c' }])
+    const attempts: Array<[string, () => Promise<Response>]> = [
+      ['process start', () => fetch(`${server.base}/v1/workspaces/w/processes`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"command":"echo hi"}' })],
+      ['exec_shell', () => fetch(`${server.base}/v1/tools/exec_shell/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"arguments":{"command":"echo hi"},"workspace":"w"}' })],
+      ['an executable', () => fetch(`${server.base}/v1/tools/hello/execute`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"arguments":{}}' })],
+      ['an archive upload', () => fetch(`${server.base}/v1/workspaces/w/archive`, { method: 'PUT', headers: { 'content-type': 'application/gzip' }, body: archive })],
+    ]
+    const seen: string[] = []
+    try {
+      for (let headroom = 0; headroom <= 10; headroom++) {
+        for (const [what, attempt] of attempts) {
+          limitDescriptors(pid, readdirSync(`/proc/${pid}/fd`).length + headroom)
+          const answer = await attempt().catch((error: unknown) => error as Error)
+          limitDescriptors(pid, before)
+          // The connection itself may find no descriptor: the server then never read the request.
+          if (answer instanceof Error) continue
+          const body = await answer.text()
+          seen.push(`${what}: ${answer.status}`)
+          if (answer.status < 300) continue
+          expect(answer.status, `${what} with ${headroom} descriptors free: ${body}`).toBe(503)
+          expect(JSON.parse(body)).toMatchObject({ code: 'Overloaded' })
+          expect(answer.headers.get('retry-after')).toBe('1')
+        }
+      }
+    } finally {
+      if (server.child.exitCode === null) limitDescriptors(pid, before)
+    }
+    expect(seen.some((each) => each.endsWith(': 503')), seen.join(', ')).toBe(true)
+    expect(server.child.exitCode, server.output()).toBeNull()
+  }, 120_000)
 
   it('never takes a probe that found no descriptor free for "bubblewrap does not work" (sandbox auto): it tries again', async () => {
     const server = await startServer({ sandbox: { mode: 'auto' }, logging: { level: 'info' } })
