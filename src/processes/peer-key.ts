@@ -10,6 +10,7 @@
  * use, so a key replaced on the volume holds everywhere at once.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { constants } from 'node:fs'
 import { link, open, rename, rm, writeFile } from 'node:fs/promises'
 import { ToolError } from '../errors.ts'
 
@@ -35,8 +36,8 @@ export class PeerKey {
     if (found.key !== undefined) return found.key
     const file = this.#file()
     const draft = `${file}.${randomBytes(6).toString('hex')}.tmp`
-    await writeFile(draft, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' })
     try {
+      await writeFile(draft, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' })
       // Where there is none, a link: made whole or not at all, so of two instances making it at once one
       // key stands and both read it. What is there but no key (an emptied file) is replaced.
       if (found.missing) await link(draft, file).catch((error: NodeJS.ErrnoException) => { if (error.code !== 'EEXIST') throw error })
@@ -58,7 +59,8 @@ export class PeerKey {
   async #read (): Promise<{ key?: string, missing: boolean }> {
     let text: string
     try {
-      const handle = await open(this.#file(), 'r')
+      // Not blocking: a FIFO in its place would hold a thread of the pool until someone wrote to it.
+      const handle = await open(this.#file(), constants.O_RDONLY | constants.O_NONBLOCK)
       try {
         const { buffer, bytesRead } = await handle.read({ buffer: Buffer.alloc(READ_BYTES) })
         text = buffer.toString('latin1', 0, bytesRead).trim()

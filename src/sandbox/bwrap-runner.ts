@@ -14,8 +14,8 @@
  * by the commands of a persistent workspace, and of an MCP session's once
  * a process started there) or, for any other command, one of its own. The process runs
  * as `nobody` without capabilities inside its own user namespace (and may make
- * no other), without the kernel's keyrings (seccomp.ts), in a new session, and
- * dies with the service.
+ * no other), without the kernel's keyrings and file leases (seccomp.ts), in a
+ * new session, and dies with the service.
  *
  * Inside the sandbox `nobody` owns every tmpfs bwrap makes, so each is either
  * sized (/tmp, /dev/shm) or remounted read-only (/dev itself and the hiding
@@ -152,7 +152,7 @@ export class BwrapRunner implements ProcessRunner {
       '--hostname', 'toolport-sandbox',
       '--die-with-parent',
       '--new-session',
-      // The kernel's keyrings are shared by every run of the host user (seccomp.ts); user namespaces
+      // The kernel's keyrings and file leases reach beyond the run (seccomp.ts); user namespaces
       // inside the sandbox would only open more of the kernel to a command.
       '--seccomp', String(SECCOMP_FD),
       ...(supports('--disable-userns') ? ['--disable-userns'] : []),

@@ -1,4 +1,5 @@
 /** The instances' key for forwarded requests (src/processes/peer-key.ts), on a real directory as instances share it. */
+import { execFileSync } from 'node:child_process'
 import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
@@ -59,4 +60,11 @@ describe('the instances\' key', () => {
       await expect(attempt).rejects.toMatchObject({ code: 'ExecutionFailed', message: expect.stringContaining('cannot be read (EISDIR); every instance sharing the workspace root must run as the same user') })
     }
   })
+
+  it('never waits on a FIFO in its place', async () => {
+    const dir = await tempDir('toolport-peer-key-')
+    execFileSync('mkfifo', [path.join(dir, PEER_KEY_FILE)])
+    const key = new PeerKey(() => path.join(dir, PEER_KEY_FILE))
+    expect(await key.admits('x')).toBe(false)
+  }, 5000)
 })
