@@ -45,4 +45,32 @@ describe('a full volume', () => {
     await volume.free()
     expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'full' } })).statusCode).toBe(201)
   })
+
+  it('writes the end of a process that ended while the volume was full once there is room', async () => {
+    const volume = await smallVolume('1m')
+    const root = path.join(volume.dir, 'root')
+    const app = await buildTestApp({ workspaces: { root }, tools: { builtin: ['*'] } })
+    const started = await app.inject({ method: 'POST', url: '/v1/workspaces/w/processes', payload: { command: 'sleep 0.5' } })
+    expect(started.statusCode, started.body).toBe(201)
+    const id = String(started.json()['id'])
+    const record = path.join(root, 'tenants', 'default', 'processes', 'w', `${id}.json`)
+    expect(JSON.parse(await readFile(record, 'utf8'))).toMatchObject({ ended_at: null })
+    await volume.fill()
+    // Its end comes while nothing can be written...
+    const state = async (): Promise<unknown> => (await app.inject({ method: 'GET', url: `/v1/workspaces/w/processes/${id}` })).json()['state']
+    const until = Date.now() + 5000
+    while (await state() === 'running' && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(await state()).toBe('exited')
+    await new Promise((resolve) => setTimeout(resolve, 1500))
+    expect(JSON.parse(await readFile(record, 'utf8'))).toMatchObject({ ended_at: null })
+    // ...and is on disk soon after there is room again: other instances read it there.
+    await volume.free()
+    const deadline = Date.now() + 5000
+    let ended: unknown = null
+    while (ended === null && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      ended = (JSON.parse(await readFile(record, 'utf8')) as { ended_at: unknown }).ended_at
+    }
+    expect(ended).toEqual(expect.any(String))
+  })
 })

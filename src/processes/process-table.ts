@@ -11,6 +11,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import type { FileHandle } from 'node:fs/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { Config } from '../config.ts'
 import { ToolError } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
@@ -22,7 +23,7 @@ import { deletedWhileStarting, holdDirectory } from './held-directory.ts'
 import { type KillSignal, ManagedProcess } from './managed-process.ts'
 import type { StreamName } from './output-ring.ts'
 import { OutputSockets } from './output-sockets.ts'
-import type { ProcessRecords } from './process-records.ts'
+import type { ProcessRecord, ProcessRecords } from './process-records.ts'
 
 export interface StartRequest {
   command: string
@@ -56,6 +57,9 @@ export interface ProcessTableOptions {
  * keeping its fill, must not take the service's memory.
  */
 const KEPT_OUTPUT_WORKSPACES = 4
+/** A process's end that the volume did not take is written again this often, this many times (a minute). */
+const END_WRITE_RETRY_MS = 1000
+const END_WRITE_TRIES = 60
 
 export class ProcessTable {
   readonly #options: ProcessTableOptions
@@ -135,7 +139,7 @@ export class ProcessTable {
               void lease?.release()
               // The record says it ended (no call need go to this instance for its network any more).
               const { record } = parts
-              const recorded = record ? this.#options.records.write(record.tenant, { ...record.record, ended_at: new Date().toISOString() }, { update: true }).catch(() => {}) : Promise.resolve()
+              const recorded = record ? this.#writeEnd(record.tenant, { ...record.record, ended_at: new Date().toISOString() }) : Promise.resolve()
               // A stop waits for it: the other instances read when the process ended from the record alone once this one is gone.
               this.#recording.add(recorded)
               void recorded.then(() => this.#recording.delete(recorded))
@@ -236,6 +240,23 @@ export class ProcessTable {
     await this.stopAll('KILL')
     await this.#outputSockets.close()
     process.removeListener('exit', this.#killAllAtExit)
+  }
+
+  /**
+   * Writes that a process ended. One the volume did not take (full) is tried
+   * again while the service runs, for a while: other instances learn the end
+   * from the record alone, and would take a process without it for lost.
+   */
+  async #writeEnd (tenant: string, record: ProcessRecord): Promise<void> {
+    for (let tries = 1; ; tries++) {
+      try {
+        await this.#options.records.write(tenant, record, { update: true })
+        return
+      } catch {
+        if (this.#closed || tries === END_WRITE_TRIES) return
+        await sleep(END_WRITE_RETRY_MS, undefined, { ref: false })
+      }
+    }
   }
 
   #running (dir: string): number {
