@@ -155,14 +155,14 @@ export function asToolError (error: unknown): ToolError {
 }
 
 /**
- * A write of the service's own (a workspace made, a record kept) that found
- * its volume full (ENOSPC, EDQUOT): a failure the operator is to know of
- * (its cause is logged), said as what it is rather than an internal error.
+ * A write that found its volume full (ENOSPC, EDQUOT): a failure the
+ * operator is to know of (its cause is logged), said as what it is rather
+ * than an internal error; `what` says where room was wanted.
  */
-export function volumeFull (error: unknown): ToolError | undefined {
+export function volumeFull (error: unknown, what = 'on the service\'s volume'): ToolError | undefined {
   const code = (error as { code?: unknown } | null)?.code
   if (code !== 'ENOSPC' && code !== 'EDQUOT') return undefined
-  return new ToolError('ExecutionFailed', 'no space left on the workspaces volume', { cause: error })
+  return new ToolError('ExecutionFailed', `no space left ${what}`, { cause: error })
 }
 
 /**

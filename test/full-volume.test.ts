@@ -41,7 +41,7 @@ describe('a full volume', () => {
     for (let i = 0; i < 200; i++) await writeFile(path.join(volume.dir, `inode-${i}`), '').catch(() => {})
     const made = await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'full' } })
     expect(made.statusCode).toBe(500)
-    expect(made.json()).toMatchObject({ code: 'ExecutionFailed', detail: 'no space left on the workspaces volume' })
+    expect(made.json()).toMatchObject({ code: 'ExecutionFailed', detail: 'no space left on the service\'s volume' })
     await volume.free()
     expect((await app.inject({ method: 'POST', url: '/v1/workspaces', payload: { id: 'full' } })).statusCode).toBe(201)
   })

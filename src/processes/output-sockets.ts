@@ -137,6 +137,8 @@ export class OutputSockets {
     const file = path.join(dir, `pairs-${randomBytes(6).toString('hex')}`)
     const server = net.createServer((socket) => this.#identify(socket))
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(file, resolve))
+    // A failed accept (no descriptor free) costs that one connection, whose pair then fails; never the service.
+    server.on('error', () => {})
     server.unref()
     return { server, file, remove: async () => { await rm(file, { force: true }); await remove() } }
   }

@@ -12,7 +12,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { constants } from 'node:fs'
 import { link, open, rename, rm, writeFile } from 'node:fs/promises'
-import { ToolError } from '../errors.ts'
+import { descriptorShortage, ToolError } from '../errors.ts'
 
 /** The key's file, in the workspace root. */
 export const PEER_KEY_FILE = '.peer-key'
@@ -70,8 +70,12 @@ export class PeerKey {
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code
       if (code === 'ENOENT') return { missing: true }
-      // A failure of the deployment (instances of different users on one volume, a directory in its place): the operator's to mend.
-      throw new ToolError('ExecutionFailed', `the instances' key (${PEER_KEY_FILE} in the workspace root) cannot be read (${code ?? 'error'}); every instance sharing the workspace root must run as the same user`, { cause: error })
+      // No descriptor free just now: it passes.
+      const shortage = descriptorShortage(error)
+      if (shortage) throw shortage
+      // Else a failure of the deployment (instances of different users on one volume, something else in its place): the operator's to mend.
+      const mend = code === 'EACCES' || code === 'EPERM' ? 'every instance sharing the workspace root must run as the same user' : 'it must be a file the service made'
+      throw new ToolError('ExecutionFailed', `the instances' key (${PEER_KEY_FILE} in the workspace root) cannot be read (${code ?? 'error'}); ${mend}`, { cause: error })
     }
     return KEY.test(text) ? { key: text, missing: false } : { missing: false }
   }

@@ -252,8 +252,10 @@ export class ProcessTable {
       try {
         await this.#options.records.write(tenant, record, { update: true })
         return
-      } catch {
-        if (this.#closed || tries === END_WRITE_TRIES) return
+      } catch (error) {
+        // Only what passes (a full volume, no descriptor free) is tried again.
+        const passing = ['ENOSPC', 'EDQUOT', 'EMFILE', 'ENFILE'].includes((error as NodeJS.ErrnoException).code ?? '')
+        if (!passing || this.#closed || tries === END_WRITE_TRIES) return
         await sleep(END_WRITE_RETRY_MS, undefined, { ref: false })
       }
     }

@@ -53,18 +53,19 @@ const SHORTAGE_TEXT = /Too many open files|Resource temporarily unavailable|Cann
 const PROBE_TRIES = 10
 const PROBE_RETRY_MS = 500
 
-/** Runs `true` with `run` in a scratch directory: null when it ran, else why not; 'shortage' when nothing could start. */
-async function probeOnce (run: (options: RunOptions) => Promise<RunResult>): Promise<string | null> {
-  const dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'toolport-probe-')))
+/** Runs `true` with `run` in a scratch directory: null when it ran, else why not, and whether for a shortage (nothing could start). */
+async function probeOnce (run: (options: RunOptions) => Promise<RunResult>): Promise<{ problem: string, shortage: boolean } | null> {
+  let dir: string | undefined
   try {
+    dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'toolport-probe-')))
     const result = await run({ command: 'true', args: [], cwd: dir, timeoutMs: 10_000, signal: new AbortController().signal, maxOutputBytes: 4096 })
     if (result.exitCode === 0) return null
-    if (SHORTAGES.has(result.startFailure ?? '') || SHORTAGE_TEXT.test(result.stderr)) return 'shortage'
-    return result.stderr.trim() || `exit code ${result.exitCode}`
+    const problem = result.stderr.trim() || `exit code ${result.exitCode}`
+    return { problem, shortage: SHORTAGES.has(result.startFailure ?? '') || SHORTAGE_TEXT.test(result.stderr) }
   } catch (error) {
-    return SHORTAGES.has((error as NodeJS.ErrnoException).code ?? '') ? 'shortage' : (error as Error).message
+    return { problem: (error as Error).message, shortage: SHORTAGES.has((error as NodeJS.ErrnoException).code ?? '') }
   } finally {
-    await rm(dir, { recursive: true, force: true })
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true }).catch(() => {})
   }
 }
 
@@ -76,10 +77,10 @@ async function probeOnce (run: (options: RunOptions) => Promise<RunResult>): Pro
  */
 async function probe (run: (options: RunOptions) => Promise<RunResult>, log: Logger): Promise<string | null> {
   for (let tries = 1; ; tries++) {
-    const problem = await probeOnce(run)
-    if (problem !== 'shortage') return problem
-    if (tries === PROBE_TRIES) throw new Error('the sandbox could not be probed: no file descriptor, process or memory was free to start a program')
-    log.warn('the sandbox probe could not start a program (no file descriptor, process or memory free just now): trying again')
+    const outcome = await probeOnce(run)
+    if (outcome === null || !outcome.shortage) return outcome?.problem ?? null
+    if (tries === PROBE_TRIES) throw new Error(`the sandbox could not be probed, for want of a file descriptor, a process or memory: ${outcome.problem}`)
+    log.warn({ reason: outcome.problem }, 'the sandbox probe could not start a program (no file descriptor, process or memory free just now): trying again')
     await sleep(PROBE_RETRY_MS)
   }
 }

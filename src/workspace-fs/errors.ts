@@ -2,7 +2,7 @@
  * How filesystem failures and a caller's paths read in messages: errno →
  * the contract's codes, and a path shown as the caller wrote it.
  */
-import { ToolError } from '../errors.ts'
+import { ToolError, volumeFull } from '../errors.ts'
 
 /**
  * A caller's path as messages show it: as is when it reads unambiguously
@@ -29,7 +29,7 @@ export function fsError (error: unknown, userPath: string): unknown {
     // O_NONBLOCK's answer for a file another process holds a lease on (it would otherwise wait out the lease-break time).
     case 'EAGAIN': return new ToolError('Conflict', `${shown} is held by another process (a file lease); try again once it lets go`)
     // A full volume is the operator's to know of: the cause makes it a failure of the service (errors.ts isFailure).
-    case 'ENOSPC': case 'EDQUOT': return new ToolError('ExecutionFailed', 'no space left for the workspace', { cause: error })
+    case 'ENOSPC': case 'EDQUOT': return volumeFull(error, 'for the workspace')
     default: return error
   }
 }

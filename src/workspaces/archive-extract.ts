@@ -16,7 +16,7 @@ import path from 'node:path'
 import { type Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import type { Header, ReadEntry } from 'tar'
-import { descriptorShortage, ToolError } from '../errors.ts'
+import { descriptorShortage, ToolError, volumeFull } from '../errors.ts'
 import { directorySize } from './directory-size.ts'
 import { isInside } from '../workspace-fs/paths.ts'
 import { withQuotaLock } from '../workspace-fs/write.ts'
@@ -285,7 +285,8 @@ function unreadable (error: NodeJS.ErrnoException, staging: string): ToolError {
   // The archive may be fine: no descriptor is free just now, or the volume is full.
   const shortage = descriptorShortage(error)
   if (shortage) return shortage
-  if (error.code === 'ENOSPC' || error.code === 'EDQUOT') return new ToolError('ExecutionFailed', 'no space left for the upload', { cause: error })
+  const full = volumeFull(error, 'for the upload')
+  if (full) return full
   if (error.code?.startsWith('Z_')) return new ToolError('BadRequest', `the body is not a gzip-compressed tar archive (${error.message})`)
   const message = (error.message.split('\n')[0] ?? '').replaceAll(`${staging}/`, '').replaceAll(staging, '.')
   return new ToolError('BadRequest', `the archive cannot be read: ${message.replace(/(^|[\s'"(])\/[^\s'"]*/g, '$1…')}`)

@@ -57,7 +57,7 @@ describe('the instances\' key', () => {
     await mkdir(path.join(dir, PEER_KEY_FILE))
     const key = new PeerKey(() => path.join(dir, PEER_KEY_FILE))
     for (const attempt of [key.value(), key.admits('x')]) {
-      await expect(attempt).rejects.toMatchObject({ code: 'ExecutionFailed', message: expect.stringContaining('cannot be read (EISDIR); every instance sharing the workspace root must run as the same user') })
+      await expect(attempt).rejects.toMatchObject({ code: 'ExecutionFailed', message: expect.stringContaining('cannot be read (EISDIR); it must be a file the service made') })
     }
   })
 

@@ -67,7 +67,8 @@ describe('sandbox escapes under bubblewrap', () => {
       'unshare -Ur true 2>/dev/null; echo "unshare=$?"',
       // A read lease (F_SETLEASE 1024, F_RDLCK 0) on a host file the sandbox's user owns (the service's: here root).
       'perl -e \'open(my $f, "<", "/etc/passwd") or die; my $r = fcntl($f, 1024, 0); print "lease=", (defined $r ? "taken" : $! + 0), "\\n"\'',
-      // Other fcntl commands and locks work as ever.
+      // Other fcntl commands (F_GETFL 3, F_GETLEASE 1025) and locks work as ever.
+      'perl -e \'open(my $f, "<", "/etc/passwd") or die; print "getfl=", (defined fcntl($f, 3, 0) ? "ok" : $! + 0), " getlease=", (defined fcntl($f, 1025, 0) ? "ok" : $! + 0), "\\n"\'',
       'flock -n /tmp/lock true; echo "flock=$?"',
       'echo "cgroups=$(ls -A /sys/fs/cgroup | wc -l)"',
       // The shell's own descriptors, listed last and through no pipe or $(…), whose other end the shell would hold meanwhile.
@@ -84,6 +85,7 @@ describe('sandbox escapes under bubblewrap', () => {
       expect(output).toMatch(/^unshare=[1-9]/m)
       expect(output).toContain('lease=1\n')
       expect(output).toContain('flock=0\n')
+      expect(output).toContain('getfl=ok getlease=ok\n')
       expect(output).toContain('cgroups=0\n')
       // Nothing the service handed bwrap (its filter, the workspace directory) reaches the command.
       expect(output).toMatch(/\ndescriptors:\n0\n1\n2\n$/)
