@@ -7,6 +7,7 @@
 import net from 'node:net'
 import zlib from 'node:zlib'
 import { describe, expect, it } from 'vitest'
+import { requestFailure } from '../../src/tools/http-body.ts'
 import { createWebFetchTool } from '../../src/tools/web-fetch.ts'
 import { buildTestApp, exec } from '../helper.ts'
 import { expectProblem } from '../support/problem.ts'
@@ -102,6 +103,15 @@ describe('web_fetch', () => {
     const app = await buildTestApp(OPEN)
     const problem = expectProblem(await exec(app, 'web_fetch', { url: `http://127.0.0.1:${port}/` }), 500, 'ExecutionFailed', 'web_fetch')
     expect(problem['detail']).toMatch(/ECONNREFUSED/)
+  })
+
+  it('answers a connection that found no descriptor free as Overloaded with Retry-After, not the site\'s failure', () => {
+    const call = { signal: new AbortController().signal, timeout: new AbortController().signal, timeoutMs: 1000 }
+    const emfile = Object.assign(new Error('connect EMFILE 127.0.0.1:80'), { code: 'EMFILE' })
+    for (const error of [emfile, Object.assign(new TypeError('fetch failed'), { cause: emfile })]) {
+      expect(requestFailure(error, 'the site', call)).toMatchObject({ code: 'Overloaded', retryAfterSeconds: 1 })
+    }
+    expect(requestFailure(Object.assign(new Error('refused'), { code: 'ECONNREFUSED' }), 'the site', call)).toMatchObject({ code: 'ExecutionFailed' })
   })
 
   it('follows redirects (303 turns a POST into a GET) and reports the final URL', async () => {
