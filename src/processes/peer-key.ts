@@ -11,8 +11,9 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { constants } from 'node:fs'
-import { link, open, rename, rm, writeFile } from 'node:fs/promises'
+import { open } from 'node:fs/promises'
 import { descriptorShortage, ToolError } from '../errors.ts'
+import { createFileOnce, replaceFile } from '../replace-file.ts'
 
 /** The key's file, in the workspace root. */
 export const PEER_KEY_FILE = '.peer-key'
@@ -35,16 +36,11 @@ export class PeerKey {
     const found = await this.#read()
     if (found.key !== undefined) return found.key
     const file = this.#file()
-    const draft = `${file}.${randomBytes(6).toString('hex')}.tmp`
-    try {
-      await writeFile(draft, randomBytes(32).toString('hex'), { mode: 0o600, flag: 'wx' })
-      // Where there is none, a link: made whole or not at all, so of two instances making it at once one
-      // key stands and both read it. What is there but no key (an emptied file) is replaced.
-      if (found.missing) await link(draft, file).catch((error: NodeJS.ErrnoException) => { if (error.code !== 'EEXIST') throw error })
-      else await rename(draft, file)
-    } finally {
-      await rm(draft, { force: true })
-    }
+    const key = randomBytes(32).toString('hex')
+    // Where there is none, made once: of two instances making it at once one key stands and both read it.
+    // What is there but no key (an emptied file) is replaced.
+    if (found.missing) await createFileOnce(file, key, 0o600)
+    else await replaceFile(file, key, 0o600)
     const made = await this.#read()
     if (made.key === undefined) throw new Error(`${file} holds no key for requests between instances`)
     return made.key

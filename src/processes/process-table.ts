@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto'
 import type { FileHandle } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Config } from '../config.ts'
-import { ToolError } from '../errors.ts'
+import { descriptorShortage, ToolError, volumeFull } from '../errors.ts'
 import type { ProcessRunner } from '../sandbox/types.ts'
 import { checkShellCommand, effectiveTimeout } from '../sandbox/command-rules.ts'
 import type { WorkspaceStore } from '../workspaces/store.ts'
@@ -254,7 +254,7 @@ export class ProcessTable {
         return
       } catch (error) {
         // Only what passes (a full volume, no descriptor free) is tried again.
-        const passing = ['ENOSPC', 'EDQUOT', 'EMFILE', 'ENFILE'].includes((error as NodeJS.ErrnoException).code ?? '')
+        const passing = volumeFull(error) !== undefined || descriptorShortage(error) !== undefined
         if (!passing || this.#closed || tries === END_WRITE_TRIES) return
         await sleep(END_WRITE_RETRY_MS, undefined, { ref: false })
       }

@@ -11,10 +11,9 @@
  * A metadata file is claimed with an exclusive create, so two instances
  * creating the same id cannot both win; renewals replace it atomically.
  */
-import { randomUUID } from 'node:crypto'
-import { access, chmod, link, mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises'
+import { access, chmod, mkdir, readdir, rm, stat } from 'node:fs/promises'
 import path from 'node:path'
-import { replaceFile } from '../replace-file.ts'
+import { createFileOnce, replaceFile } from '../replace-file.ts'
 import { CrashLeftRecords } from './crash-left-meta.ts'
 import { directoryNameOf } from './ids.ts'
 import { moveToTrash } from './trash.ts'
@@ -123,37 +122,13 @@ export class WorkspaceLayout {
 
   /**
    * Claims an id: false when its metadata exists already (made here or by
-   * another instance). Written whole, then linked into place (link fails
-   * when the name exists): no instance ever reads the record half written,
-   * which would look like none.
+   * another instance). Made whole (createFileOnce): no instance ever reads
+   * the record half written, which would look like none.
    */
   async claim (meta: WorkspaceMeta): Promise<boolean> {
     const file = this.metaFile(meta.tenant, meta.id)
     await mkdir(path.dirname(file), { recursive: true })
-    const temp = `${file}.${randomUUID()}.tmp`
-    try {
-      await writeFile(temp, JSON.stringify(meta))
-      await link(temp, file)
-      return true
-    } catch (error) {
-      const { code } = error as NodeJS.ErrnoException
-      if (code === 'EEXIST') return false
-      // A volume without hard links (some SMB and FUSE mounts): written in place, exclusively, as before.
-      if (code === 'EPERM' || code === 'ENOTSUP' || code === 'EOPNOTSUPP' || code === 'ENOSYS') return await this.#claimInPlace(file, meta)
-      throw error
-    } finally {
-      await rm(temp, { force: true })
-    }
-  }
-
-  async #claimInPlace (file: string, meta: WorkspaceMeta): Promise<boolean> {
-    try {
-      await writeFile(file, JSON.stringify(meta), { flag: 'wx' })
-      return true
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false
-      throw error
-    }
+    return await createFileOnce(file, JSON.stringify(meta))
   }
 
   /** Replaces the metadata atomically (readers never see half a file). */
